@@ -1,0 +1,150 @@
+"""Capability records: the registration body (an A2A card plus registry fields) and the stored views."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from registry.wire import Wire
+
+SideEffect = Literal["none", "idempotent", "write", "destructive"]
+SIDE_EFFECT_ORDER: dict[str, int] = {"none": 0, "idempotent": 1, "write": 2, "destructive": 3}
+Visibility = Literal["public", "tenant"]
+Status = Literal["active", "deprecated", "retired"]
+
+AGENT_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+SKILL_ID_PATTERN = r"^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$"
+TENANT_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+
+AgentId = Annotated[str, msgspec.Meta(pattern=AGENT_ID_PATTERN)]
+SkillId = Annotated[str, msgspec.Meta(pattern=SKILL_ID_PATTERN, max_length=128)]
+Tenant = Annotated[str, msgspec.Meta(pattern=TENANT_PATTERN)]
+ShortText = Annotated[str, msgspec.Meta(max_length=4096)]
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+Tag = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+ScopeName = Annotated[str, msgspec.Meta(pattern=r"^[\x21\x23-\x5B\x5D-\x7E]{1,128}$")]
+Region = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9-]{0,31}$")]
+JsonSchema = dict[str, Any]
+
+
+class Slo(Wire, forbid_unknown_fields=True):
+    latency_p99_ms: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    availability: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
+
+
+class Provider(Wire):
+    organization: Name
+    url: ShortText
+
+
+class AgentInterface(Wire):
+    url: ShortText
+    protocol_binding: ShortText
+    protocol_version: ShortText = "1.0"
+    tenant: ShortText | None = None
+
+
+class SkillRegistration(Wire):
+    """One skill of a registration: A2A AgentSkill fields plus the registry's capability fields."""
+
+    id: SkillId
+    name: Name
+    description: ShortText
+    version: Annotated[str, msgspec.Meta(max_length=128)]
+    side_effect: SideEffect
+    tags: list[Tag] = []
+    examples: list[ShortText] = []
+    input_modes: list[ShortText] = []
+    output_modes: list[ShortText] = []
+    security_requirements: list[dict[str, Any]] = []
+    input_schema: JsonSchema = msgspec.field(default_factory=lambda: {"type": "object"})
+    output_schema: JsonSchema = msgspec.field(default_factory=dict)
+    scopes: list[ScopeName] = []
+    requires_approval: bool | None = None
+    data_regions: list[Region] = []
+    slo: Slo | None = None
+    effective_at: datetime | None = None
+
+
+class AgentRegistration(Wire):
+    """PUT body: an A2A 1.0 AgentCard (0.3 fields accepted and converted) plus registry fields."""
+
+    name: Name
+    description: ShortText
+    version: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+    skills: list[SkillRegistration]
+    provider: Provider | None = None
+    supported_interfaces: list[AgentInterface] = []
+    capabilities: dict[str, Any] = {}
+    default_input_modes: list[ShortText] = []
+    default_output_modes: list[ShortText] = []
+    documentation_url: ShortText | None = None
+    icon_url: ShortText | None = None
+    security_schemes: dict[str, Any] = {}
+    security_requirements: list[dict[str, Any]] = []
+    signatures: list[dict[str, Any]] = []
+    visibility: Visibility = "tenant"
+    shared_with: list[Tenant] = []
+    # A2A 0.3 fields, converted to supportedInterfaces and dropped.
+    protocol_version: ShortText | None = None
+    url: ShortText | None = None
+    preferred_transport: ShortText | None = None
+    additional_interfaces: list[dict[str, Any]] = []
+    security: list[dict[str, Any]] = []
+    supports_authenticated_extended_card: bool | None = None
+
+
+class CapabilityVersion(Wire):
+    """A published capability version as stored: everything, schemas and examples included."""
+
+    tenant: str
+    agent_id: str
+    id: str
+    version: str
+    name: str
+    description: str
+    tags: list[str]
+    scopes: list[str]
+    side_effect: SideEffect
+    requires_approval: bool
+    data_regions: list[str]
+    slo: Slo | None
+    examples: list[str]
+    input_schema: JsonSchema
+    output_schema: JsonSchema
+    input_modes: list[str]
+    output_modes: list[str]
+    status: Status
+    sunset_at: datetime | None
+    deprecation_message: str | None
+    effective_at: datetime | None
+    published_at: datetime
+
+    @property
+    def ref(self) -> str:
+        return f"{self.tenant}/{self.agent_id}/{self.id}@{self.version}"
+
+
+class PublicCapability(Wire):
+    """The discovery view of a capability version: no schemas, no examples, no endpoints."""
+
+    ref: str
+    tenant: str
+    agent_id: str
+    id: str
+    version: str
+    name: str
+    description: str
+    tags: list[str]
+    scopes: list[str]
+    side_effect: SideEffect
+    requires_approval: bool
+    data_regions: list[str]
+    slo: Slo | None
+    status: Status
+    sunset_at: datetime | None
+    effective_at: datetime | None
+    health: Literal["healthy", "stale", "unknown"]
+    updated_at: datetime
