@@ -1,0 +1,154 @@
+"""Queries on capability_versions: publishing, lookups by agent and skill, and discovery."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+from db.agents import HEALTH_SQL
+
+PUBLIC_COLUMNS = (
+    "c.tenant, c.agent_id, c.skill_id, c.version, c.version_key, c.prerelease, c.name, c.description, c.tags, "
+    "c.scopes, c.side_effect, c.requires_approval, c.data_regions, c.slo, c.status, c.sunset_at, "
+    "c.deprecation_message, c.effective_at, c.published_at, c.updated_at"
+)
+DETAIL_COLUMNS = PUBLIC_COLUMNS + ", c.examples, c.input_schema, c.output_schema, c.input_modes, c.output_modes"
+
+# Discovery and cards show what is in force now: not retired, and effective.
+IN_FORCE = "c.status <> 'retired' AND (c.effective_at IS NULL OR c.effective_at <= now())"
+VISIBLE_TO = "(a.visibility = 'public' OR a.tenant = {t} OR {t} = ANY (a.shared_with))"
+
+
+async def content_hashes(conn: asyncpg.Connection, tenant: str, agent_id: str) -> dict[tuple[str, str], str]:
+    rows = await conn.fetch(
+        "SELECT skill_id, version, content_hash FROM capability_versions WHERE tenant = $1 AND agent_id = $2",
+        tenant, agent_id,
+    )
+    return {(r["skill_id"], r["version"]): r["content_hash"] for r in rows}
+
+
+async def insert_version(conn: asyncpg.Connection, row: dict[str, Any]) -> None:
+    columns = list(row)
+    placeholders = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
+    await conn.execute(
+        f"INSERT INTO capability_versions ({', '.join(columns)}) VALUES ({placeholders})", *row.values()
+    )
+
+
+async def skill_versions(
+    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str, skill_id: str, *, detail: bool = False
+) -> list[asyncpg.Record]:
+    """Every version of one skill, newest first, retired and future ones included."""
+    columns = DETAIL_COLUMNS if detail else PUBLIC_COLUMNS
+    return await conn.fetch(
+        f"""SELECT {columns}, {HEALTH_SQL} AS health
+              FROM capability_versions c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
+             WHERE c.tenant = $1 AND c.agent_id = $2 AND c.skill_id = $3
+             ORDER BY c.version_key DESC""",
+        tenant, agent_id, skill_id,
+    )
+
+
+async def latest_per_skill(
+    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str, *, detail: bool = False
+) -> list[asyncpg.Record]:
+    """The newest in-force version of each of an agent's skills (releases preferred over pre-releases)."""
+    columns = DETAIL_COLUMNS if detail else PUBLIC_COLUMNS
+    return await conn.fetch(
+        f"""SELECT DISTINCT ON (c.skill_id) {columns}, {HEALTH_SQL} AS health
+              FROM capability_versions c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
+             WHERE c.tenant = $1 AND c.agent_id = $2 AND {IN_FORCE}
+             ORDER BY c.skill_id, c.prerelease, c.version_key DESC""",
+        tenant, agent_id,
+    )
+
+
+def _like_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+async def discover(
+    conn: asyncpg.Connection | asyncpg.Pool,
+    *,
+    viewer_tenant: str | None,
+    q: str | None = None,
+    skill: str | None = None,
+    tags: list[str] | None = None,
+    side_effect_max: int | None = None,
+    region: str | None = None,
+    agent: str | None = None,
+    tenant: str | None = None,
+    status: str | None = None,
+    latest_only: bool = True,
+    after: tuple[str, str, str, str] | None = None,
+    limit: int = 50,
+) -> list[asyncpg.Record]:
+    """One page of public capability rows in (tenant, agent, skill, newest version first) order.
+
+    Filters on the (tenant, agent, skill) key are applied before choosing the latest version; filters
+    on version content after it, so `versions=latest` means "the latest version, if it matches".
+    """
+    params: list[Any] = []
+
+    def bind(value: Any) -> str:
+        params.append(value)
+        return f"${len(params)}"
+
+    key_filters = [IN_FORCE]
+    if viewer_tenant is None:
+        key_filters.append("a.visibility = 'public'")
+    else:
+        key_filters.append(VISIBLE_TO.format(t=bind(viewer_tenant)))
+    if tenant is not None:
+        key_filters.append(f"c.tenant = {bind(tenant)}")
+    if agent is not None:
+        key_filters.append(f"c.agent_id = {bind(agent)}")
+    if skill is not None:
+        if skill.endswith("*"):
+            key_filters.append(f"c.skill_id LIKE {bind(_like_escape(skill[:-1]) + '%')}")
+        else:
+            key_filters.append(f"c.skill_id = {bind(skill)}")
+
+    content_filters = []
+    if q:
+        content_filters.append(f"c.search_text LIKE {bind('%' + _like_escape(q.lower()) + '%')}")
+    if tags:
+        content_filters.append(f"c.tags @> {bind(list(tags))}::text[]")
+    if side_effect_max is not None:
+        content_filters.append(f"c.side_effect_rank <= {bind(side_effect_max)}")
+    if region is not None:
+        content_filters.append(f"(cardinality(c.data_regions) = 0 OR {bind(region)} = ANY (c.data_regions))")
+    if status is not None:
+        content_filters.append(f"c.status = {bind(status)}")
+
+    if latest_only:
+        if after is not None:
+            key_filters.append(f"(c.tenant, c.agent_id, c.skill_id) > ({bind(after[0])}, {bind(after[1])}, {bind(after[2])})")
+        outer = " AND ".join(content_filters) or "TRUE"
+        sql = f"""
+            WITH latest AS (
+                SELECT DISTINCT ON (c.tenant, c.agent_id, c.skill_id) {PUBLIC_COLUMNS}, c.search_text, c.side_effect_rank
+                  FROM capability_versions c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
+                 WHERE {" AND ".join(key_filters)}
+                 ORDER BY c.tenant, c.agent_id, c.skill_id, c.prerelease, c.version_key DESC
+            )
+            SELECT c.*, {HEALTH_SQL} AS health
+              FROM latest c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
+             WHERE {outer}
+             ORDER BY c.tenant, c.agent_id, c.skill_id
+             LIMIT {bind(limit)}"""
+    else:
+        if after is not None:
+            k = [bind(part) for part in after]
+            key_filters.append(
+                f"((c.tenant, c.agent_id, c.skill_id) > ({k[0]}, {k[1]}, {k[2]})"
+                f" OR ((c.tenant, c.agent_id, c.skill_id) = ({k[0]}, {k[1]}, {k[2]}) AND c.version_key < {k[3]}))"
+            )
+        sql = f"""
+            SELECT {PUBLIC_COLUMNS}, {HEALTH_SQL} AS health
+              FROM capability_versions c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
+             WHERE {" AND ".join(key_filters + content_filters)}
+             ORDER BY c.tenant, c.agent_id, c.skill_id, c.version_key DESC
+             LIMIT {bind(limit)}"""
+    return await conn.fetch(sql, *params)

@@ -1,0 +1,41 @@
+"""Queries on the change feed: a gap-free sequence advanced by every write in its own transaction."""
+
+from __future__ import annotations
+
+import asyncpg
+
+CHANGE_CHANNEL = "capreg_changes"
+
+
+async def record_change(conn: asyncpg.Connection, kind: str, tenant: str, agent_id: str, ref: str) -> int:
+    """Advance the change sequence and log the change; call last in the write's transaction.
+
+    The head row lock is held until commit, so sequence numbers become visible in order and a
+    reader polling `after=N` never skips a change that commits later with a smaller number.
+    """
+    seq = await conn.fetchval("UPDATE change_head SET seq = seq + 1 WHERE id = 1 RETURNING seq")
+    await conn.execute(
+        "INSERT INTO changes (seq, kind, tenant, agent_id, ref, at) VALUES ($1, $2, $3, $4, $5, now())",
+        seq, kind, tenant, agent_id, ref,
+    )
+    # Delivered on commit only; lets other processes invalidate caches and wake long-polls.
+    await conn.execute("SELECT pg_notify($1, $2)", CHANGE_CHANNEL, str(seq))
+    return seq
+
+
+async def current_seq(conn: asyncpg.Connection | asyncpg.Pool) -> int:
+    return await conn.fetchval("SELECT seq FROM change_head WHERE id = 1")
+
+
+async def changes_after(
+    conn: asyncpg.Connection | asyncpg.Pool, after: int, *, tenant: str | None, limit: int, upto: int
+) -> list[asyncpg.Record]:
+    """Changes after `after` on records the caller's tenant may see (None: public records only)."""
+    return await conn.fetch(
+        """SELECT c.seq, c.kind, c.ref, c.at
+             FROM changes c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
+            WHERE c.seq > $1 AND c.seq <= $4
+              AND (a.visibility = 'public' OR a.tenant = $2 OR $2 = ANY (a.shared_with))
+            ORDER BY c.seq LIMIT $3""",
+        after, tenant, limit, upto,
+    )

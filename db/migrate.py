@@ -1,0 +1,69 @@
+"""Migration runner: numbered SQL files under db/migrations, applied once each, under an advisory lock."""
+
+from __future__ import annotations
+
+import hashlib
+from importlib import resources
+
+import asyncpg
+
+# Any constant works; it only has to be the same for every capreg process.
+_MIGRATION_LOCK = 0x6361_7072_6567  # "capreg"
+
+
+class MigrationError(RuntimeError):
+    pass
+
+
+def migration_files() -> list[tuple[int, str, str]]:
+    """(version, name, sql) for every migration shipped with the package, in order."""
+    found = []
+    for entry in resources.files("db").joinpath("migrations").iterdir():
+        if entry.name.endswith(".sql"):
+            number, _, rest = entry.name.partition("_")
+            found.append((int(number), entry.name, entry.read_text(encoding="utf-8")))
+    return sorted(found)
+
+
+def _digest(sql: str) -> str:
+    return hashlib.sha256(sql.encode()).hexdigest()
+
+
+async def apply_migrations(conn: asyncpg.Connection) -> list[str]:
+    """Apply pending migrations; returns the names applied. Refuses if an applied file changed."""
+    await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK)
+    try:
+        await conn.execute(
+            """CREATE TABLE IF NOT EXISTS schema_migrations (
+                   version integer PRIMARY KEY, name text NOT NULL, sha256 text NOT NULL,
+                   applied_at timestamptz NOT NULL DEFAULT now())"""
+        )
+        applied = {
+            row["version"]: row
+            for row in await conn.fetch("SELECT version, name, sha256 FROM schema_migrations")
+        }
+        done = []
+        for version, name, sql in migration_files():
+            if version in applied:
+                if applied[version]["sha256"] != _digest(sql):
+                    raise MigrationError(f"migration {name} changed after it was applied")
+                continue
+            async with conn.transaction():
+                await conn.execute(sql)
+                await conn.execute(
+                    "INSERT INTO schema_migrations (version, name, sha256) VALUES ($1, $2, $3)",
+                    version, name, _digest(sql),
+                )
+            done.append(name)
+        return done
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATION_LOCK)
+
+
+async def pending_migrations(conn: asyncpg.Connection) -> list[str]:
+    """Names of shipped migrations not yet applied (for /readyz)."""
+    exists = await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL")
+    applied = set()
+    if exists:
+        applied = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
+    return [name for version, name, _ in migration_files() if version not in applied]

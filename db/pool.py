@@ -1,0 +1,32 @@
+"""Connection pool: JSONB codec, and the one place that opens connections to PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncpg
+import msgspec
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder()
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    # Binary JSONB codec: the text codec breaks copy_records_to_table (stack notes).
+    await conn.set_type_codec(
+        "jsonb",
+        schema="pg_catalog",
+        encoder=lambda value: b"\x01" + _encoder.encode(value),
+        decoder=lambda data: _decoder.decode(data[1:]),
+        format="binary",
+    )
+
+
+async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
+    return await asyncpg.create_pool(
+        dsn, min_size=min_size, max_size=max_size, init=_init_connection, command_timeout=30
+    )
+
+
+async def connect(dsn: str) -> asyncpg.Connection:
+    conn = await asyncpg.connect(dsn)
+    await _init_connection(conn)
+    return conn

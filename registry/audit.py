@@ -1,0 +1,104 @@
+"""Audit events and their hash chain: the canonical encoding every link hashes over.
+
+The encoding is a JSON array of every field in a fixed order, with `at` as UTC microseconds since the
+epoch, so the chain verifies identically whatever the server's or the verifier's time zone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timezone
+
+import msgspec
+
+from registry.wire import Wire
+
+GENESIS_HASH = "0" * 64
+
+
+class AuditEvent(Wire):
+    """One audit event as written (seq, at and the hashes are assigned when it is appended)."""
+
+    type: str
+    outcome: str  # "allowed" | "denied"
+    tenant: str | None = None
+    actor_tenant: str | None = None
+    actor: str | None = None
+    on_behalf_of: str | None = None
+    ref: str | None = None
+    scopes: list[str] = []
+    reason: str | None = None
+    trace_id: str | None = None
+
+
+class AuditRecord(Wire):
+    """An appended event, as the audit API returns it."""
+
+    seq: int
+    at: datetime
+    type: str
+    outcome: str
+    tenant: str | None
+    actor_tenant: str | None
+    actor: str | None
+    on_behalf_of: str | None
+    ref: str | None
+    scopes: list[str]
+    reason: str | None
+    trace_id: str | None
+    prev_hash: str
+    hash: str
+
+
+def _epoch_micros(at: datetime) -> int:
+    delta = at.astimezone(timezone.utc) - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def event_hash(prev_hash: str, seq: int, at: datetime, event: AuditEvent) -> str:
+    canonical = msgspec.json.encode(
+        [
+            seq,
+            _epoch_micros(at),
+            event.tenant,
+            event.actor_tenant,
+            event.type,
+            event.actor,
+            event.on_behalf_of,
+            event.ref,
+            list(event.scopes),
+            event.outcome,
+            event.reason,
+            event.trace_id,
+        ]
+    )
+    return hashlib.sha256(prev_hash.encode() + b"\n" + canonical).hexdigest()
+
+
+def record_hash(record: AuditRecord) -> str:
+    """Recompute a stored record's hash from its fields (what `capreg audit verify` checks)."""
+    event = AuditEvent(
+        type=record.type, outcome=record.outcome, tenant=record.tenant, actor_tenant=record.actor_tenant,
+        actor=record.actor, on_behalf_of=record.on_behalf_of, ref=record.ref, scopes=list(record.scopes),
+        reason=record.reason, trace_id=record.trace_id,
+    )
+    return event_hash(record.prev_hash, record.seq, record.at, event)
+
+
+class ChainBreak(msgspec.Struct):
+    seq: int
+    problem: str
+
+
+def verify_chain(records, *, start_seq: int = 1, start_hash: str = GENESIS_HASH) -> ChainBreak | None:
+    """Walk records in seq order; the first record that does not link or hash correctly, else None."""
+    expected_seq, prev = start_seq, start_hash
+    for record in records:
+        if record.seq != expected_seq:
+            return ChainBreak(expected_seq, f"expected seq {expected_seq}, found {record.seq} (deleted or reordered)")
+        if record.prev_hash != prev:
+            return ChainBreak(record.seq, "prevHash does not match the previous event's hash")
+        if record_hash(record) != record.hash:
+            return ChainBreak(record.seq, "hash does not match the event's content (edited)")
+        prev, expected_seq = record.hash, expected_seq + 1
+    return None

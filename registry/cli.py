@@ -1,0 +1,233 @@
+"""The `capreg` command: serve, migrate, token mint, keys rotate, register, audit verify, openapi."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import msgspec
+
+from registry.config import Settings, load_settings
+
+OPENAPI_PATH = Path("openapi/openapi.json")
+
+
+async def _with_database(settings: Settings, work):
+    """Run `work(conn)` on a migrated database with a signing key (embedded or DATABASE_URL)."""
+    from auth.keys import ensure_signing_key
+    from db.embedded import resolve_database_url
+    from db.migrate import apply_migrations
+    from db.pool import connect
+
+    dsn, embedded = resolve_database_url(settings.database_url, settings.home)
+    conn = await connect(dsn)
+    try:
+        await apply_migrations(conn)
+        await ensure_signing_key(conn)
+        return await work(conn)
+    finally:
+        await conn.close()
+        del embedded
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from granian import Granian
+    from granian.constants import Interfaces
+
+    from auth.keys import ensure_signing_key
+    from db.embedded import resolve_database_url
+    from db.migrate import apply_migrations
+    from db.pool import connect
+
+    dsn, embedded = resolve_database_url(settings.database_url, settings.home)
+
+    async def prepare() -> None:
+        conn = await connect(dsn)
+        try:
+            await apply_migrations(conn)
+            await ensure_signing_key(conn)
+        finally:
+            await conn.close()
+
+    asyncio.run(prepare())
+    # Workers inherit the resolved URL, so they share this process's embedded server.
+    os.environ["DATABASE_URL"] = dsn
+    host = args.host or settings.host
+    port = args.port or settings.port
+    print(f"capreg serving on http://{host}:{port} ({'embedded PostgreSQL' if embedded else 'DATABASE_URL'})", flush=True)
+    Granian(
+        "registry.app:create_app", address=host, port=port, interface=Interfaces.ASGI, factory=True,
+        workers=args.workers, log_access=False,
+    ).serve()
+    del embedded
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    from db.migrate import apply_migrations
+
+    async def work(conn):
+        return await apply_migrations(conn)
+
+    async def run():
+        from db.embedded import resolve_database_url
+        from db.pool import connect
+
+        dsn, embedded = resolve_database_url(settings.database_url, settings.home)
+        conn = await connect(dsn)
+        try:
+            applied = await work(conn)
+            from auth.keys import ensure_signing_key
+
+            await ensure_signing_key(conn)
+            return applied
+        finally:
+            await conn.close()
+            del embedded
+
+    applied = asyncio.run(run())
+    print("applied: " + ", ".join(applied) if applied else "migrations are current")
+    return 0
+
+
+def cmd_token_mint(args: argparse.Namespace, settings: Settings) -> int:
+    from auth.keys import load_keyring
+    from auth.tokens import mint_caller_token
+
+    async def work(conn):
+        keyring = await load_keyring(conn)
+        return mint_caller_token(
+            keyring, issuer=settings.issuer, audience=settings.audience, tenant=args.tenant, sub=args.sub,
+            scopes=args.scope.split(), ttl=args.ttl,
+            regions=[r for r in args.regions.split(",") if r] if args.regions is not None else None,
+        )
+
+    print(asyncio.run(_with_database(settings, work)))
+    return 0
+
+
+def cmd_keys_rotate(args: argparse.Namespace, settings: Settings) -> int:
+    from auth.keys import rotate_key
+
+    # The old key keeps verifying for as long as anything it signed can still be live.
+    keep = timedelta(seconds=max(settings.ticket_max_ttl, args.keep_seconds))
+
+    async def work(conn):
+        return await rotate_key(conn, keep)
+
+    kid = asyncio.run(_with_database(settings, work))
+    print(f"new signing key {kid}; the previous key stays in the JWKS for {int(keep.total_seconds())} s")
+    return 0
+
+
+def cmd_register(args: argparse.Namespace, settings: Settings) -> int:
+    from registry.client import RegistryClient
+
+    url = os.environ.get("CAPREG_URL", f"http://{settings.host}:{settings.port}")
+    token = os.environ.get("CAPREG_TOKEN")
+    if not token:
+        print("CAPREG_TOKEN is not set (mint one with: capreg token mint ...)", file=sys.stderr)
+        return 2
+    card = Path(args.file).read_bytes()
+    with RegistryClient(url, token) as client:
+        response = client.register(args.tenant, args.agent_id, card)
+    print(response.text)
+    return 0 if response.is_success else 1
+
+
+def cmd_audit_verify(args: argparse.Namespace, settings: Settings) -> int:
+    from db.audit import iter_all
+    from registry.audit import verify_chain
+
+    async def work(conn):
+        records = [record async for record in iter_all(conn)]
+        return len(records), verify_chain(records)
+
+    count, broken = asyncio.run(_with_database(settings, work))
+    if broken is not None:
+        print(f"audit chain broken at seq {broken.seq}: {broken.problem}")
+        return 1
+    print(f"audit chain intact: {count} events")
+    return 0
+
+
+def openapi_document() -> bytes:
+    from registry.app import create_app
+
+    app = create_app(Settings())
+    schema = msgspec.to_builtins(app.openapi_schema.to_schema())
+    return msgspec.json.format(msgspec.json.encode(schema, order="sorted"), indent=2) + b"\n"
+
+
+def cmd_openapi(args: argparse.Namespace, settings: Settings) -> int:
+    document = openapi_document()
+    path = Path(args.output)
+    if args.check:
+        current = path.read_bytes() if path.exists() else b""
+        if current != document:
+            print(f"{path} is out of date: run `capreg openapi` and commit it", file=sys.stderr)
+            return 1
+        print(f"{path} is current")
+        return 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(document)
+    print(f"wrote {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="capreg", description="Capability registry for AI agents")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the HTTP server (embedded PostgreSQL unless DATABASE_URL)")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--workers", type=int, default=1)
+    serve.set_defaults(run=cmd_serve)
+
+    commands.add_parser("migrate", help="apply database migrations").set_defaults(run=cmd_migrate)
+
+    token = commands.add_parser("token", help="caller tokens").add_subparsers(dest="token_command", required=True)
+    mint = token.add_parser("mint", help="print a caller token signed by capreg")
+    mint.add_argument("--tenant", required=True)
+    mint.add_argument("--sub", required=True)
+    mint.add_argument("--scope", default="", help='space-separated scopes, e.g. "registry:read invoice:read"')
+    mint.add_argument("--regions", help="comma-separated data regions, e.g. eu,us")
+    mint.add_argument("--ttl", type=int, default=3600, help="seconds; negative gives an expired token")
+    mint.set_defaults(run=cmd_token_mint)
+
+    keys = commands.add_parser("keys", help="signing keys").add_subparsers(dest="keys_command", required=True)
+    rotate = keys.add_parser("rotate", help="make a new signing key current")
+    rotate.add_argument("--keep-seconds", type=int, default=3600,
+                        help="keep the previous key published at least this long (default 3600)")
+    rotate.set_defaults(run=cmd_keys_rotate)
+
+    register = commands.add_parser("register", help="register an agent card file (CAPREG_URL, CAPREG_TOKEN)")
+    register.add_argument("file")
+    register.add_argument("--tenant", required=True)
+    register.add_argument("--agent-id", required=True)
+    register.set_defaults(run=cmd_register)
+
+    audit = commands.add_parser("audit", help="audit log").add_subparsers(dest="audit_command", required=True)
+    audit.add_parser("verify", help="recompute the hash chain; non-zero exit names the first bad seq").set_defaults(
+        run=cmd_audit_verify
+    )
+
+    openapi = commands.add_parser("openapi", help="write (or --check) openapi/openapi.json")
+    openapi.add_argument("--check", action="store_true")
+    openapi.add_argument("--output", default=str(OPENAPI_PATH))
+    openapi.set_defaults(run=cmd_openapi)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.run(args, load_settings())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

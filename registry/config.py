@@ -1,0 +1,71 @@
+"""Settings: every knob capreg reads from the environment, with its documented default."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgspec
+
+
+class TrustedIssuer(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
+    """An external identity provider whose tokens capreg accepts (CAPREG_TRUSTED_ISSUERS)."""
+
+    issuer: str
+    jwks_url: str | None = None
+    jwks_file: str | None = None
+    algorithms: list[str] = msgspec.field(default_factory=lambda: ["RS256", "ES256", "EdDSA"])
+
+
+class Settings(msgspec.Struct, kw_only=True):
+    database_url: str | None = None
+    home: Path = Path(".capreg")
+    audience: str = "capreg"
+    issuer: str = "capreg"
+    public_url: str | None = None
+    max_body: int = 1024 * 1024
+    trusted_issuers: list[TrustedIssuer] = []
+    ticket_max_ttl: int = 900
+    approval_ttl: int = 3600
+    host: str = "127.0.0.1"
+    port: int = 8080
+    pool_min: int = 2
+    pool_max: int = 10
+
+
+def _int(env: dict[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise SystemExit(f"{name} must be an integer, got {raw!r}") from None
+
+
+def load_settings(env: dict[str, str] | None = None) -> Settings:
+    """Read settings from the environment (or a given mapping, for tests)."""
+    env = dict(os.environ if env is None else env)
+    issuers_raw = env.get("CAPREG_TRUSTED_ISSUERS", "").strip()
+    try:
+        issuers = msgspec.json.decode(issuers_raw, type=list[TrustedIssuer]) if issuers_raw else []
+    except msgspec.DecodeError as exc:
+        raise SystemExit(f"CAPREG_TRUSTED_ISSUERS is not a valid issuer list: {exc}") from None
+    for trusted in issuers:
+        if bool(trusted.jwks_url) == bool(trusted.jwks_file):
+            raise SystemExit(f"trusted issuer {trusted.issuer!r} needs exactly one of jwksUrl or jwksFile")
+    return Settings(
+        database_url=env.get("DATABASE_URL") or None,
+        home=Path(env.get("CAPREG_HOME") or ".capreg"),
+        audience=env.get("CAPREG_AUDIENCE") or "capreg",
+        issuer=env.get("CAPREG_ISSUER") or "capreg",
+        public_url=(env.get("CAPREG_PUBLIC_URL") or "").rstrip("/") or None,
+        max_body=_int(env, "CAPREG_MAX_BODY", 1024 * 1024),
+        trusted_issuers=issuers,
+        ticket_max_ttl=_int(env, "CAPREG_TICKET_MAX_TTL", 900),
+        approval_ttl=_int(env, "CAPREG_APPROVAL_TTL", 3600),
+        host=env.get("CAPREG_HOST") or "127.0.0.1",
+        port=_int(env, "CAPREG_PORT", 8080),
+        pool_min=_int(env, "CAPREG_POOL_MIN", 2),
+        pool_max=_int(env, "CAPREG_POOL_MAX", 10),
+    )

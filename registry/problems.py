@@ -1,0 +1,213 @@
+"""Errors: one exception type carrying a contract code, and the one place that maps every exception
+(ours, litestar's, asyncpg's) to an `application/problem+json` response.
+
+No request ever gets a stack trace: unexpected exceptions are logged and answered with a generic 500.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import asyncpg
+import msgspec
+from litestar import Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+
+from registry.tracing import new_trace_id, trace_id_from
+from registry.wire import Wire
+
+log = logging.getLogger("capreg.errors")
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+TITLES = {
+    400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+    405: "Method Not Allowed", 409: "Conflict", 410: "Gone", 413: "Payload Too Large",
+    415: "Unsupported Media Type", 429: "Too Many Requests", 500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+
+class ErrorItem(Wire):
+    path: str
+    message: str
+    kind: str | None = None
+
+
+class Problem(Wire, omit_defaults=True):
+    """RFC 9457 problem details with capreg's `code` and the request's `traceId`."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: str
+    trace_id: str | None = None
+    errors: list[ErrorItem] | None = None
+    missing_scopes: list[str] | None = None
+    reason: str | None = None
+
+
+class ProblemError(Exception):
+    """Raise to answer with a problem response: `code` is one of the contract's error codes."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        detail: str,
+        *,
+        errors: list[ErrorItem] | None = None,
+        headers: dict[str, str] | None = None,
+        missing_scopes: list[str] | None = None,
+        reason: str | None = None,
+    ):
+        super().__init__(detail)
+        self.status, self.code, self.detail = status, code, detail
+        self.errors, self.headers = errors, headers or {}
+        self.missing_scopes, self.reason = missing_scopes, reason
+
+
+def invalid_request(detail: str, errors: list[ErrorItem] | None = None) -> ProblemError:
+    return ProblemError(400, "invalid_request", detail, errors=errors)
+
+
+def not_found(detail: str = "no such resource") -> ProblemError:
+    return ProblemError(404, "not_found", detail)
+
+
+def invalid_token(detail: str) -> ProblemError:
+    return ProblemError(
+        401, "invalid_token", detail,
+        headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+    )
+
+
+def insufficient_scope(scope: str) -> ProblemError:
+    return ProblemError(
+        403, "insufficient_scope", f"this operation needs the scope {scope}",
+        missing_scopes=[scope],
+        headers={"WWW-Authenticate": f'Bearer error="insufficient_scope", scope="{scope}"'},
+    )
+
+
+def tenant_mismatch() -> ProblemError:
+    return ProblemError(403, "tenant_mismatch", "the path names a tenant other than the caller's")
+
+
+_KEY_PART = re.compile(r"\[(\d+)\]|\.?([^.\[\]]+)")
+
+
+def json_pointer(key: str) -> str:
+    """litestar/msgspec key paths (`skills[0].id`, `$.a.b`) as JSON pointers (`/skills/0/id`)."""
+    key = key.removeprefix("$")
+    parts = [index or name for index, name in _KEY_PART.findall(key)]
+    return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def decode_error_item(exc: msgspec.ValidationError | msgspec.DecodeError) -> ErrorItem:
+    """msgspec's 'Expected `int`, got `str` - at `$.skills[0].id`' as a {path, message} item."""
+    message = str(exc)
+    message, _, where = message.partition(" - at `")
+    return ErrorItem(path=json_pointer(where.rstrip("`")) if where else "", message=message)
+
+
+def _trace_id(request: Request) -> str:
+    # Unmatched routes fail before app middleware runs, so fall back to the header itself.
+    state = request.scope.get("state", {})
+    if "trace_id" not in state:
+        state["trace_id"] = trace_id_from(request.headers.get("traceparent")) or new_trace_id()
+    return state["trace_id"]
+
+
+def problem_response(request: Request, error: ProblemError) -> Response:
+    problem = Problem(
+        type=f"https://capreg.dev/problems/{error.code}",
+        title=TITLES.get(error.status, "Error"),
+        status=error.status,
+        detail=error.detail,
+        code=error.code,
+        trace_id=_trace_id(request),
+        errors=error.errors,
+        missing_scopes=error.missing_scopes,
+        reason=error.reason,
+    )
+    return Response(
+        content=msgspec.json.encode(problem),
+        status_code=error.status,
+        media_type=PROBLEM_MEDIA_TYPE,
+        headers={**error.headers, "X-Trace-Id": problem.trace_id},
+    )
+
+
+def _from_http_exception(exc: HTTPException) -> ProblemError:
+    status = exc.status_code
+    if isinstance(exc, ValidationException) or (status == 400):
+        errors = []
+        for item in exc.extra if isinstance(exc.extra, list) else []:
+            if isinstance(item, dict):
+                source = item.get("source")
+                key = str(item.get("key", ""))
+                path = json_pointer(key) if source in (None, "body") else f"{source}:{key}"
+                errors.append(ErrorItem(path=path, message=str(item.get("message", ""))))
+        detail = "request body is not valid JSON" if "truncated" in str(exc.detail) or "malformed" in str(exc.detail).lower() else "the request is invalid"
+        return invalid_request(detail if not errors else "the request does not match the expected shape", errors or None)
+    if status == 401:
+        return invalid_token(str(exc.detail))
+    if status == 404:
+        return not_found()
+    if status == 405:
+        return ProblemError(405, "invalid_request", "method not allowed on this path", headers=exc.headers)
+    if status == 413:
+        return ProblemError(413, "payload_too_large", "request body exceeds CAPREG_MAX_BODY")
+    if status == 415:
+        return ProblemError(415, "invalid_request", "unsupported media type")
+    if status == 429:
+        return ProblemError(429, "rate_limited", "too many requests", headers={"Retry-After": "1", **(exc.headers or {})})
+    if status == 503:
+        return ProblemError(503, "retryable_unavailable", "service unavailable", headers={"Retry-After": "1"})
+    return ProblemError(status, "invalid_request" if status < 500 else "internal_error", str(exc.detail))
+
+
+_UNAVAILABLE = (
+    asyncpg.CannotConnectNowError,
+    asyncpg.ConnectionDoesNotExistError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.InterfaceError,
+    ConnectionError,
+    OSError,
+    TimeoutError,
+)
+
+
+def handle_exception(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, ProblemError):
+        return problem_response(request, exc)
+    if isinstance(exc, HTTPException):
+        return problem_response(request, _from_http_exception(exc))
+    if isinstance(exc, _UNAVAILABLE) or isinstance(exc, asyncpg.exceptions.PostgresConnectionError):
+        log.warning("database unavailable: %r", exc)
+        return problem_response(
+            request,
+            ProblemError(503, "retryable_unavailable", "the database is unreachable; retry shortly",
+                         headers={"Retry-After": "2"}),
+        )
+    if isinstance(exc, asyncpg.exceptions.QueryCanceledError):
+        return problem_response(
+            request,
+            ProblemError(503, "retryable_unavailable", "the query timed out; retry shortly", headers={"Retry-After": "1"}),
+        )
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return problem_response(request, ProblemError(500, "internal_error", "internal error"))
+
+
+def problem_responses(*statuses: int) -> dict[int, Any]:
+    """OpenAPI response specs documenting the problem shape for the given statuses."""
+    from litestar.openapi.datastructures import ResponseSpec
+
+    return {
+        status: ResponseSpec(data_container=Problem, media_type=PROBLEM_MEDIA_TYPE, description=TITLES.get(status, "Error"))
+        for status in statuses
+    }

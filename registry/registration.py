@@ -1,0 +1,266 @@
+"""Registration: turning a PUT body into immutable capability versions, in one transaction.
+
+`prepare_registration` is pure (parse, normalize, validate, hash); `apply_registration` writes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import asyncpg
+import jsonschema_rs
+import msgspec
+
+from auth.principal import Caller
+from db import agents as agent_queries
+from db import capabilities as capability_queries
+from db.audit import append_events
+from db.changes import record_change
+from registry.audit import AuditEvent
+from registry.cards import a2a_card_dict, normalize_registration
+from registry.problems import ErrorItem, ProblemError, invalid_request
+from registry.records import SIDE_EFFECT_ORDER, AgentRegistration, SkillRegistration
+from registry.versions import InvalidVersion, Version
+from registry.wire import Wire
+
+_SCHEMA_2020_12 = {"https://json-schema.org/draft/2020-12/schema", "https://json-schema.org/draft/2020-12/schema#"}
+_MAX_SCHEMA_DEPTH = 64
+_encoder = msgspec.json.Encoder(order="sorted")
+
+
+class VersionRef(Wire):
+    id: str
+    version: str
+
+
+class PreparedSkill(msgspec.Struct):
+    skill: SkillRegistration
+    version: Version
+    requires_approval: bool
+    content_hash: str
+
+
+class PreparedRegistration(msgspec.Struct):
+    registration: AgentRegistration
+    card: dict
+    card_hash: str
+    skills: list[PreparedSkill]
+
+
+def _hash(value: Any) -> str:
+    return hashlib.sha256(_encoder.encode(value)).hexdigest()
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth, iteratively (a hostile schema must not hit the recursion limit)."""
+    stack, deepest = [(value, 1)], 0
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        if isinstance(node, dict):
+            stack.extend((child, depth + 1) for child in node.values())
+        elif isinstance(node, list):
+            stack.extend((child, depth + 1) for child in node)
+    return deepest
+
+
+def _non_local_refs(value: Any) -> list[str]:
+    found, stack = [], [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, child in node.items():
+                if key in ("$ref", "$dynamicRef") and isinstance(child, str) and not child.startswith("#"):
+                    found.append(child)
+                stack.append(child)
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
+
+
+def schema_errors(schema: Any, path: str, *, must_be_object: bool) -> list[ErrorItem]:
+    """Why `schema` is not an acceptable JSON Schema 2020-12 document (empty when it is)."""
+    if not isinstance(schema, dict):
+        return [ErrorItem(path=path, message="a schema must be a JSON object")]
+    if _depth(schema, _MAX_SCHEMA_DEPTH) > _MAX_SCHEMA_DEPTH:
+        return [ErrorItem(path=path, message=f"schema nests deeper than {_MAX_SCHEMA_DEPTH} levels")]
+    declared = schema.get("$schema")
+    if declared is not None and declared not in _SCHEMA_2020_12:
+        return [ErrorItem(path=path + "/$schema", message="only JSON Schema 2020-12 is accepted")]
+    # Remote references would make capreg fetch URLs chosen by the registrant.
+    remote = _non_local_refs(schema)
+    if remote:
+        return [ErrorItem(path=path, message=f"only local $ref (#...) is allowed, found {remote[0]!r}")]
+    try:
+        jsonschema_rs.meta.validate({**schema, "$schema": "https://json-schema.org/draft/2020-12/schema"})
+        jsonschema_rs.Draft202012Validator(schema)
+    except jsonschema_rs.ValidationError as exc:
+        pointer = "".join(f"/{p}" for p in exc.instance_path)
+        return [ErrorItem(path=path + pointer, message=f"not a valid JSON Schema 2020-12: {exc.message}")]
+    except Exception as exc:  # jsonschema-rs raises ValueError/ReferencingError for uncompilable schemas
+        return [ErrorItem(path=path, message=f"schema cannot be compiled: {exc}")]
+    if must_be_object and schema.get("type") != "object":
+        return [ErrorItem(path=path + "/type", message='inputSchema must describe an object ("type": "object")')]
+    return []
+
+
+def skill_content(skill: SkillRegistration, requires_approval: bool) -> dict:
+    """The published content of a capability version, the thing that must never change."""
+    content = msgspec.to_builtins(skill)
+    content["requiresApproval"] = requires_approval
+    return content
+
+
+def prepare_registration(registration: AgentRegistration) -> PreparedRegistration:
+    registration = normalize_registration(registration)
+    errors: list[ErrorItem] = []
+    if not registration.skills:
+        errors.append(ErrorItem(path="/skills", message="an agent registers at least one skill"))
+    seen: set[tuple[str, str]] = set()
+    prepared: list[PreparedSkill] = []
+    for index, skill in enumerate(registration.skills):
+        base = f"/skills/{index}"
+        try:
+            version = Version.parse(skill.version)
+        except InvalidVersion as exc:
+            errors.append(ErrorItem(path=f"{base}/version", message=f"not a semantic version (2.0): {exc}"))
+            continue
+        key = (skill.id, str(version))
+        if key in seen:
+            errors.append(ErrorItem(path=base, message=f"{skill.id}@{skill.version} appears twice"))
+        seen.add(key)
+        errors += schema_errors(skill.input_schema, f"{base}/inputSchema", must_be_object=True)
+        errors += schema_errors(skill.output_schema, f"{base}/outputSchema", must_be_object=False)
+        requires_approval = (
+            skill.requires_approval if skill.requires_approval is not None else skill.side_effect == "destructive"
+        )
+        prepared.append(PreparedSkill(skill, version, requires_approval, _hash(skill_content(skill, requires_approval))))
+    if errors:
+        raise invalid_request("the registration is invalid", errors)
+    card = a2a_card_dict(registration)
+    return PreparedRegistration(registration, card, _hash(card), prepared)
+
+
+def _search_text(skill: SkillRegistration) -> str:
+    return " ".join([skill.id, skill.name, skill.description, *skill.tags]).lower()
+
+
+def _version_row(tenant: str, agent_id: str, prepared: PreparedSkill) -> dict[str, Any]:
+    skill = prepared.skill
+    return {
+        "tenant": tenant,
+        "agent_id": agent_id,
+        "skill_id": skill.id,
+        "version": skill.version,
+        "version_key": prepared.version.sort_key(),
+        "prerelease": prepared.version.is_prerelease,
+        "name": skill.name,
+        "description": skill.description,
+        "tags": list(skill.tags),
+        "scopes": sorted(set(skill.scopes)),
+        "side_effect": skill.side_effect,
+        "side_effect_rank": SIDE_EFFECT_ORDER[skill.side_effect],
+        "requires_approval": prepared.requires_approval,
+        "data_regions": sorted(set(skill.data_regions)),
+        "slo": msgspec.to_builtins(skill.slo) if skill.slo is not None else None,
+        "examples": list(skill.examples),
+        "input_schema": skill.input_schema,
+        "output_schema": skill.output_schema,
+        "input_modes": list(skill.input_modes),
+        "output_modes": list(skill.output_modes),
+        "effective_at": skill.effective_at,
+        "content_hash": prepared.content_hash,
+        "search_text": _search_text(skill),
+    }
+
+
+class RegistrationResult(msgspec.Struct):
+    created: bool
+    published: list[VersionRef]
+    unchanged: list[VersionRef]
+
+
+async def apply_registration(
+    conn: asyncpg.Connection,
+    caller: Caller,
+    tenant: str,
+    agent_id: str,
+    prepared: PreparedRegistration,
+    *,
+    trace_id: str | None,
+    check_compatibility=None,
+) -> RegistrationResult:
+    """Write a prepared registration in one transaction; raises ProblemError (nothing applied) on conflict."""
+    reg = prepared.registration
+    fields = {
+        "name": reg.name,
+        "description": reg.description,
+        "version": reg.version,
+        "provider": msgspec.to_builtins(reg.provider) if reg.provider is not None else None,
+        "visibility": reg.visibility,
+        "shared_with": sorted(set(reg.shared_with)),
+        "card": prepared.card,
+        "card_hash": prepared.card_hash,
+    }
+    agent_ref = f"{tenant}/{agent_id}"
+    audit: list[AuditEvent] = []
+    changes: list[tuple[str, str]] = []
+
+    def event(type_: str, ref: str, scopes: list[str] | None = None) -> AuditEvent:
+        return AuditEvent(
+            type=type_, outcome="allowed", tenant=tenant, actor_tenant=caller.tenant, actor=caller.sub,
+            ref=ref, scopes=scopes or [], trace_id=trace_id,
+        )
+
+    async with conn.transaction():
+        await agent_queries.lock_agent(conn, tenant, agent_id)
+        existing = await agent_queries.get_agent(conn, tenant, agent_id)
+        created = existing is None
+        agent_changed = created or (
+            existing["card_hash"] != prepared.card_hash
+            or existing["visibility"] != fields["visibility"]
+            or list(existing["shared_with"]) != fields["shared_with"]
+        )
+        if created:
+            await agent_queries.insert_agent(conn, tenant, agent_id, fields)
+        elif agent_changed:
+            await agent_queries.update_agent(conn, tenant, agent_id, fields)
+        if agent_changed:
+            audit.append(event("agent.registered", agent_ref))
+            changes.append(("agent.registered", agent_ref))
+
+        hashes = await capability_queries.content_hashes(conn, tenant, agent_id)
+        conflicts: list[ErrorItem] = []
+        published: list[VersionRef] = []
+        unchanged: list[VersionRef] = []
+        new_skills: list[PreparedSkill] = []
+        for index, skill in enumerate(prepared.skills):
+            ref = VersionRef(id=skill.skill.id, version=skill.skill.version)
+            stored = hashes.get((skill.skill.id, skill.skill.version))
+            if stored is None:
+                new_skills.append(skill)
+                published.append(ref)
+            elif stored == skill.content_hash:
+                unchanged.append(ref)
+            else:
+                conflicts.append(ErrorItem(
+                    path=f"/skills/{index}",
+                    message=f"{skill.skill.id}@{skill.skill.version} is already published with different content; publish a new version",
+                ))
+        if conflicts:
+            raise ProblemError(409, "version_conflict", "published versions are immutable", errors=conflicts)
+        if check_compatibility is not None and new_skills:
+            await check_compatibility(conn, tenant, agent_id, new_skills)
+        for skill in new_skills:
+            await capability_queries.insert_version(conn, _version_row(tenant, agent_id, skill))
+            ref = f"{agent_ref}/{skill.skill.id}@{skill.skill.version}"
+            audit.append(event("version.published", ref, sorted(set(skill.skill.scopes))))
+            changes.append(("version.published", ref))
+        # Sequence-advancing statements last: their row locks are held until commit.
+        for kind, ref in changes:
+            await record_change(conn, kind, tenant, agent_id, ref)
+        await append_events(conn, audit)
+    return RegistrationResult(created=created or bool(published), published=published, unchanged=unchanged)

@@ -1,0 +1,154 @@
+"""HTTP: registering agents, reading their public views and A2A cards, and liveness heartbeats."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Annotated, Literal
+
+import msgspec
+from litestar import Request, Response, get, post, put
+from litestar.params import JSONBody, PathParameter
+
+from auth.policy import can_see
+from db import agents as agent_queries
+from db import capabilities as capability_queries
+from db.changes import record_change
+from registry.cards import public_agent_card
+from registry.discovery import AgentView, agent_view, capability_version, public_capability
+from registry.problems import not_found, problem_responses, tenant_mismatch
+from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN, AgentRegistration, PublicCapability
+from registry.registration import VersionRef, apply_registration, prepare_registration
+from registry.service import registry_of, trace_id_of
+from registry.wire import Wire
+
+TenantPath = Annotated[str, PathParameter(pattern=TENANT_PATTERN, description="tenant id")]
+AgentPath = Annotated[str, PathParameter(pattern=AGENT_ID_PATTERN, description="agent id")]
+SkillPath = Annotated[str, PathParameter(pattern=SKILL_ID_PATTERN, max_length=128, description="skill (capability) id")]
+
+
+class RegistrationResponse(Wire):
+    agent: AgentView
+    published: list[VersionRef]
+    unchanged: list[VersionRef]
+
+
+class Heartbeat(Wire, forbid_unknown_fields=True):
+    instance_id: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")]
+    ttl_seconds: Annotated[int, msgspec.Meta(ge=5, le=3600)] = 30
+    url: Annotated[str, msgspec.Meta(max_length=2048)] | None = None
+
+
+class HeartbeatResponse(Wire):
+    health: Literal["healthy", "stale", "unknown"]
+    expires_at: datetime
+
+
+class VersionList(Wire):
+    items: list[PublicCapability]
+
+
+async def visible_agent(request: Request, tenant: str, agent_id: str):
+    """The agent row if the caller may see it; 404 otherwise (never revealing that it exists)."""
+    registry = registry_of(request)
+    caller = await registry.caller(request)
+    agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
+    if agent is None or not can_see(
+        caller, tenant=agent["tenant"], visibility=agent["visibility"], shared_with=agent["shared_with"]
+    ):
+        raise not_found("no such agent")
+    return caller, agent
+
+
+@put(
+    "/v1/agents/{tenant:str}/{agent_id:str}",
+    status_code=200,
+    summary="Register or update an agent and publish its capability versions",
+    responses=problem_responses(400, 401, 403, 409, 413),
+)
+async def register_agent(
+    request: Request, tenant: TenantPath, agent_id: AgentPath, data: JSONBody[AgentRegistration]
+) -> Response[RegistrationResponse]:
+    registry = registry_of(request)
+    caller = await registry.require_caller(request, "registry:publish")
+    if caller.tenant != tenant:
+        raise tenant_mismatch()
+    prepared = prepare_registration(data)
+    async with registry.pool.acquire() as conn:
+        result = await apply_registration(
+            conn, caller, tenant, agent_id, prepared,
+            trace_id=trace_id_of(request), check_compatibility=registry.check_compatibility,
+        )
+        agent = await agent_queries.get_agent(conn, tenant, agent_id)
+        skills = await capability_queries.latest_per_skill(conn, tenant, agent_id)
+    body = RegistrationResponse(agent=agent_view(agent, skills), published=result.published, unchanged=result.unchanged)
+    return Response(body, status_code=201 if result.created else 200)
+
+
+@get(
+    "/v1/agents/{tenant:str}/{agent_id:str}",
+    summary="Agent public view",
+    responses=problem_responses(401, 404),
+)
+async def get_agent(request: Request, tenant: TenantPath, agent_id: AgentPath) -> AgentView:
+    _, agent = await visible_agent(request, tenant, agent_id)
+    skills = await capability_queries.latest_per_skill(registry_of(request).pool, tenant, agent_id)
+    return agent_view(agent, skills)
+
+
+@get(
+    "/v1/agents/{tenant:str}/{agent_id:str}/.well-known/agent-card.json",
+    summary="A2A 1.0 public agent card (no schemas, no agent endpoints)",
+    responses=problem_responses(401, 404),
+)
+async def get_agent_card(request: Request, tenant: TenantPath, agent_id: AgentPath) -> dict:
+    _, agent = await visible_agent(request, tenant, agent_id)
+    registry = registry_of(request)
+    rows = await capability_queries.latest_per_skill(registry.pool, tenant, agent_id, detail=True)
+    base_url = f"{registry.public_url(request)}/v1/agents/{tenant}/{agent_id}"
+    return public_agent_card(agent["card"], [capability_version(row) for row in rows], base_url=base_url)
+
+
+@get(
+    "/v1/agents/{tenant:str}/{agent_id:str}/skills/{skill_id:str}/versions",
+    summary="Every version of a skill, newest first (retired ones marked)",
+    responses=problem_responses(401, 404),
+)
+async def list_skill_versions(
+    request: Request, tenant: TenantPath, agent_id: AgentPath, skill_id: SkillPath
+) -> VersionList:
+    await visible_agent(request, tenant, agent_id)
+    rows = await capability_queries.skill_versions(registry_of(request).pool, tenant, agent_id, skill_id)
+    now = datetime.now(timezone.utc)
+    # Versions not yet effective are not discoverable; they stay hidden here too.
+    items = [public_capability(r) for r in rows if r["effective_at"] is None or r["effective_at"] <= now]
+    if not items:
+        raise not_found("no such skill")
+    return VersionList(items=items)
+
+
+@post(
+    "/v1/agents/{tenant:str}/{agent_id:str}/heartbeat",
+    status_code=200,
+    summary="Renew an instance's liveness lease",
+    responses=problem_responses(400, 401, 403, 404),
+)
+async def heartbeat(request: Request, tenant: TenantPath, agent_id: AgentPath, data: JSONBody[Heartbeat]) -> HeartbeatResponse:
+    registry = registry_of(request)
+    caller = await registry.require_caller(request, "registry:publish")
+    if caller.tenant != tenant:
+        agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
+        if agent is None or not can_see(caller, tenant=tenant, visibility=agent["visibility"], shared_with=agent["shared_with"]):
+            raise not_found("no such agent")
+        raise tenant_mismatch()
+    expires_at = datetime.now(timezone.utc) + timedelta(seconds=data.ttl_seconds)
+    async with registry.pool.acquire() as conn, conn.transaction():
+        if await agent_queries.get_agent(conn, tenant, agent_id) is None:
+            raise not_found("no such agent")
+        became_healthy = await agent_queries.renew_lease(conn, tenant, agent_id, data.instance_id, data.url, expires_at)
+        if became_healthy:
+            # Health shows in discovery: a change, so caches and ETags move on.
+            await record_change(conn, "agent.health", tenant, agent_id, f"{tenant}/{agent_id}")
+    return HeartbeatResponse(health="healthy", expires_at=expires_at)
+
+
+ROUTES = [register_agent, get_agent, get_agent_card, list_skill_versions, heartbeat]

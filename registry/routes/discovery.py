@@ -1,0 +1,121 @@
+"""HTTP: public discovery of capabilities, and the change feed."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Literal
+
+import msgspec
+from litestar import Request, Response, get
+from litestar.params import QueryParameter
+
+from db import capabilities as capability_queries
+from db import changes as change_queries
+from registry.discovery import (
+    MAX_LIMIT,
+    DiscoveryPage,
+    decode_cursor,
+    encode_cursor,
+    etag_for,
+    etag_matches,
+    public_capability,
+    side_effect_rank,
+)
+from registry.problems import ErrorItem, invalid_request, problem_responses
+from registry.service import registry_of
+from registry.wire import Wire
+
+_encoder = msgspec.json.Encoder()
+
+
+class Change(Wire):
+    seq: int
+    kind: str
+    ref: str
+    at: object
+
+
+class ChangePage(Wire):
+    items: list[Change]
+    next: int
+
+
+@get(
+    "/v1/capabilities",
+    summary="Discover capabilities (public metadata only)",
+    responses=problem_responses(400, 401),
+)
+async def discover(
+    request: Request,
+    q: Annotated[str | None, QueryParameter(max_length=256, description="text over id, name, description, tags")] = None,
+    skill: Annotated[str | None, QueryParameter(max_length=129, description="exact skill id, or a prefix ending in *")] = None,
+    tag: Annotated[list[str] | None, QueryParameter(description="repeatable; all must match")] = None,
+    side_effect_max: Annotated[str | None, QueryParameter(name="sideEffectMax", description="none, idempotent, write or destructive")] = None,
+    region: Annotated[str | None, QueryParameter(max_length=32)] = None,
+    agent: Annotated[str | None, QueryParameter(max_length=64)] = None,
+    tenant: Annotated[str | None, QueryParameter(max_length=64)] = None,
+    status: Annotated[Literal["active", "deprecated"] | None, QueryParameter()] = None,
+    versions: Annotated[Literal["latest", "all"], QueryParameter()] = "latest",
+    limit: Annotated[int, QueryParameter(ge=1, description=f"page size, at most {MAX_LIMIT}")] = 50,
+    cursor: Annotated[str | None, QueryParameter(max_length=1024)] = None,
+) -> Response[DiscoveryPage]:
+    registry = registry_of(request)
+    caller = await registry.caller(request)
+    if limit > MAX_LIMIT:
+        raise invalid_request(f"limit is at most {MAX_LIMIT}", [ErrorItem(path="limit", message=f"must be between 1 and {MAX_LIMIT}")])
+    viewer = caller.tenant if caller is not None and caller.holds("registry:read") else None
+    rows = await capability_queries.discover(
+        registry.pool,
+        viewer_tenant=viewer,
+        q=q,
+        skill=skill,
+        tags=tag,
+        side_effect_max=side_effect_rank(side_effect_max),
+        region=region,
+        agent=agent,
+        tenant=tenant,
+        status=status,
+        latest_only=versions == "latest",
+        after=decode_cursor(cursor) if cursor else None,
+        limit=limit + 1,
+    )
+    page = rows[:limit]
+    next_cursor = encode_cursor(page[-1]) if len(rows) > limit else None
+    body = _encoder.encode(DiscoveryPage(items=[public_capability(r) for r in page], next_cursor=next_cursor))
+    etag = etag_for(body)
+    headers = {"ETag": etag, "Cache-Control": "no-cache" if viewer is None else "private, no-cache", "Vary": "Authorization"}
+    if etag_matches(request.headers.get("if-none-match"), etag):
+        return Response(b"", status_code=304, headers=headers)
+    return Response(body, media_type="application/json", headers=headers)
+
+
+@get(
+    "/v1/changes",
+    summary="Change feed: committed changes after a sequence number, long-polling when empty",
+    responses=problem_responses(400, 401),
+)
+async def changes(
+    request: Request,
+    after: Annotated[int, QueryParameter(ge=0)] = 0,
+    wait: Annotated[int, QueryParameter(ge=0, le=30, description="seconds to long-poll when empty")] = 0,
+    limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 500,
+) -> ChangePage:
+    registry = registry_of(request)
+    caller = await registry.caller(request)
+    viewer = caller.tenant if caller is not None and caller.holds("registry:read") else None
+    deadline = time.monotonic() + wait
+    while True:
+        head = await change_queries.current_seq(registry.pool)
+        rows = await change_queries.changes_after(registry.pool, after, tenant=viewer, limit=limit, upto=head)
+        if rows:
+            # A full page continues after its last item; otherwise everything up to head was seen,
+            # including changes the caller may not see, which it need never rescan.
+            next_seq = rows[-1]["seq"] if len(rows) == limit else head
+            return ChangePage(items=[Change(**dict(r)) for r in rows], next=next_seq)
+        after = max(after, head)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return ChangePage(items=[], next=after)
+        await registry.watcher.wait(min(remaining, 1.0))
+
+ROUTES = [discover, changes]

@@ -1,0 +1,149 @@
+"""Test fixtures: a real PostgreSQL (DATABASE_URL's server, or an embedded one), a fresh database per
+run, the app on it, and callers with tokens minted by the app's own keys.
+
+Tests isolate themselves by tenant (every test gets fresh tenant names), not by truncation: the
+audit log cannot be truncated, by design.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+import pytest_asyncio
+import httpx
+
+from auth.tokens import mint_caller_token
+from registry.app import create_app
+from registry.config import Settings
+
+EXAMPLES = Path(__file__).parent / "examples"
+
+
+def example(name: str) -> dict:
+    return json.loads((EXAMPLES / name).read_text())
+
+
+def _with_database(url: str, database: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + database))
+
+
+@pytest.fixture(scope="session")
+def server_url() -> str:
+    """A PostgreSQL server URL: DATABASE_URL's, or an embedded server started for this run."""
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        return url
+    from db.embedded import start_embedded
+
+    home = Path(tempfile.mkdtemp(prefix="capreg-test-"))
+    server = start_embedded(home)
+    pytest.embedded_server = server  # keep the handle alive for the session
+    return server.get_uri()
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def database_url(server_url: str) -> AsyncIterator[str]:
+    """A fresh database on the server for this test run, dropped afterwards."""
+    name = "capreg_test_" + secrets.token_hex(4)
+    admin = await asyncpg.connect(server_url)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    await admin.close()
+    if "host=/" in server_url or "?host=" in server_url:  # embedded: unix socket in the query string
+        base, _, query = server_url.partition("?")
+        url = _with_database(base, name) + "?" + query
+    else:
+        url = _with_database(server_url, name)
+    yield url
+    admin = await asyncpg.connect(server_url)
+    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    await admin.close()
+
+
+@pytest.fixture(scope="session")
+def settings(database_url: str) -> Settings:
+    return Settings(database_url=database_url, home=Path(tempfile.mkdtemp(prefix="capreg-home-")))
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def app(settings: Settings):
+    # The lifespan and the requests run on the test loop, so tests may also use the app's pool.
+    # (litestar's AsyncTestClient runs the app on a portal thread's loop instead.)
+    application = create_app(settings)
+    started, stop = asyncio.Event(), asyncio.Event()
+
+    async def run_lifespan() -> None:
+        # Entered and exited in one task: the lifespan's cancel scopes demand it.
+        async with application.lifespan():
+            started.set()
+            await stop.wait()
+
+    task = asyncio.create_task(run_lifespan())
+    await asyncio.wait([asyncio.ensure_future(started.wait()), task], return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        task.result()  # start-up failed: raise its error
+    transport = httpx.ASGITransport(app=application)
+    async with httpx.AsyncClient(transport=transport, base_url="http://registry.test") as client:
+        application.state.test_client = client
+        yield application
+    stop.set()
+    await task
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def client(app) -> httpx.AsyncClient:
+    return app.state.test_client
+
+
+@pytest.fixture
+def registry(app):
+    return app.state.registry
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def db(database_url, app):
+    """A pool on the test's own event loop (the app's pool lives on the test client's loop)."""
+    from db.pool import create_pool
+
+    pool = await create_pool(database_url, min_size=1, max_size=4)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture
+def mint(app, settings):
+    """mint(tenant, sub, scopes, regions=None, ttl=3600) -> Authorization headers."""
+
+    def _mint(tenant: str, sub: str = "tester", scopes: str | list[str] = "", regions=None, ttl: int = 3600) -> dict:
+        scope_list = scopes.split() if isinstance(scopes, str) else list(scopes)
+        token = mint_caller_token(
+            app.state.registry.keyring, issuer=settings.issuer, audience=settings.audience,
+            tenant=tenant, sub=sub, scopes=scope_list, regions=regions, ttl=ttl,
+        )
+        return {"Authorization": f"Bearer {token}"}
+
+    return _mint
+
+
+@pytest.fixture
+def tenant() -> str:
+    return "t" + secrets.token_hex(5)
+
+
+@pytest.fixture
+def other_tenant() -> str:
+    return "o" + secrets.token_hex(5)
+
+
+async def count_rows(pool, table: str, **where) -> int:
+    clauses = " AND ".join(f"{column} = ${i}" for i, column in enumerate(where, 1)) or "TRUE"
+    return await pool.fetchval(f"SELECT count(*) FROM {table} WHERE {clauses}", *where.values())

@@ -1,0 +1,43 @@
+"""Migrations: applied once, concurrently safe, refusing edited files."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+
+import asyncpg
+import pytest
+
+from db.migrate import MigrationError, apply_migrations, migration_files, pending_migrations
+
+
+@pytest.fixture
+async def empty_database(server_url):
+    name = "capreg_migrate_" + secrets.token_hex(4)
+    admin = await asyncpg.connect(server_url)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    await admin.close()
+    if "?" in server_url:
+        base, _, query = server_url.partition("?")
+        url = base.rsplit("/", 1)[0] + f"/{name}?{query}"
+    else:
+        url = server_url.rsplit("/", 1)[0] + f"/{name}"
+    yield url
+    admin = await asyncpg.connect(server_url)
+    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    await admin.close()
+
+
+async def test_concurrent_migrations_apply_each_file_once(empty_database):
+    conns = [await asyncpg.connect(empty_database) for _ in range(4)]
+    try:
+        results = await asyncio.gather(*[apply_migrations(c) for c in conns])
+        applied = [name for result in results for name in result]
+        assert sorted(applied) == sorted(name for _, name, _ in migration_files())
+        assert await pending_migrations(conns[0]) == []
+        await conns[0].execute("UPDATE schema_migrations SET sha256 = 'tampered' WHERE version = 1")
+        with pytest.raises(MigrationError, match="changed after it was applied"):
+            await apply_migrations(conns[0])
+    finally:
+        for conn in conns:
+            await conn.close()
