@@ -19,7 +19,7 @@ from db.migrate import apply_migrations
 from db.pool import create_pool
 from registry.config import Settings, load_settings
 from registry.problems import handle_exception
-from registry.routes import agents, discovery, ops
+from registry.routes import agents, audit, details, discovery, lifecycle, ops, tickets
 from registry.service import ChangeWatcher, Registry
 from registry.tracing import new_trace_id, trace_id_from
 
@@ -99,7 +99,10 @@ def create_app(settings: Settings | None = None) -> Litestar:
         include_in_schema = False
 
     return Litestar(
-        route_handlers=[*agents.ROUTES, *discovery.ROUTES, *ops.ROUTES, Metrics],
+        route_handlers=[
+            *agents.ROUTES, *discovery.ROUTES, *details.ROUTES, *lifecycle.ROUTES, *tickets.ROUTES,
+            *audit.ROUTES, *ops.ROUTES, Metrics,
+        ],
         lifespan=[lifespan],
         middleware=[trace_middleware, prometheus.middleware],
         exception_handlers={Exception: handle_exception},

@@ -1,0 +1,3 @@
+"""HTTP: (placeholder until its issue lands)."""
+
+ROUTES: list = []
