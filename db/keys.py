@@ -28,15 +28,24 @@ async def insert_key(conn: asyncpg.Connection, kid: str, private_pem: str, publi
 
 
 async def retire_current(conn: asyncpg.Connection, publish_until: datetime) -> None:
+    """Retire the current key; it stays published until `publish_until` and past the last ticket it signed."""
     await conn.execute(
-        "UPDATE signing_keys SET retired_at = now(), publish_until = $1 WHERE retired_at IS NULL",
+        """UPDATE signing_keys k SET retired_at = now(),
+                  publish_until = greatest($1, (SELECT max(t.expires_at) FROM tickets t WHERE t.kid = k.kid))
+            WHERE retired_at IS NULL""",
         publish_until,
     )
 
 
 async def verifying_keys(conn: asyncpg.Connection) -> list[asyncpg.Record]:
-    """The current key and retired keys whose signatures may still be live."""
+    """The current key and retired keys whose signatures may still be live.
+
+    A retired key also stays while a ticket it signed is live, even one signed by a replica that had
+    not yet seen the rotation (publish_until was computed before that ticket existed).
+    """
     return await conn.fetch(
-        """SELECT kid, private_pem, public_jwk, retired_at IS NULL AS current FROM signing_keys
-           WHERE retired_at IS NULL OR publish_until > now() ORDER BY created_at DESC"""
+        """SELECT kid, private_pem, public_jwk, retired_at IS NULL AS current FROM signing_keys k
+           WHERE retired_at IS NULL OR publish_until > now()
+              OR EXISTS (SELECT 1 FROM tickets t WHERE t.kid = k.kid AND t.expires_at > now())
+           ORDER BY created_at DESC"""
     )
