@@ -1,0 +1,528 @@
+"""`python -m bench`: the capreg performance benchmark.
+
+Starts a baseline (a trivial litestar endpoint on granian) and `capreg serve` as real server
+processes against a fresh PostgreSQL, loads a generated data set through the HTTP API, then drives
+each scenario from a separate load-generator process (bench/load.py) and reports throughput,
+latency, errors and server RSS, each also as a ratio to the baseline measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import platform
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from bench import data
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).resolve().parent / "results"
+
+# Ratio targets to the baseline (2 cores, 1 worker); see docs/performance.md.
+TARGETS = {
+    "discovery": {"rps": 0.5, "p99": 3.0},
+    "conditional": {"rps": 0.8},
+    "agent_card": {"rps": 0.6},
+    "filtered": {"rps": 0.3},
+    "detail": {"rps": 0.3},
+    "ticket_mint": {"rps": 0.2},
+    "introspect": {"rps": 0.4},
+    "register_versions": {"rps": 0.04},
+}
+
+
+# ----------------------------------------------------------------------------- processes
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(url: str, process: subprocess.Popen, log: Path, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"server exited ({process.returncode}):\n{log.read_text()[-4000:]}")
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"server at {url} not ready after {timeout}s:\n{log.read_text()[-4000:]}")
+
+
+def stop(process: subprocess.Popen | None) -> None:
+    if process is None or process.poll() is not None:
+        return
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _children(pid: int) -> list[int]:
+    kids: list[int] = []
+    task_dir = Path(f"/proc/{pid}/task")
+    for task in task_dir.glob("*") if task_dir.exists() else []:
+        try:
+            kids += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return kids
+
+
+def tree_rss_mb(pid: int) -> float:
+    """VmRSS of a server process and its worker children (PostgreSQL processes excluded)."""
+    total_kb, stack, seen = 0, [pid], set()
+    while stack:
+        p = stack.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+        except OSError:
+            continue
+        name = status.split("\n", 1)[0].split(":", 1)[1].strip()
+        if name.startswith("postgres") or name == "pg_ctl":
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                total_kb += int(line.split()[1])
+        stack += _children(p)
+    return total_kb / 1024
+
+
+class RssSampler:
+    """Peak RSS of a process tree, sampled every 250 ms while a scenario runs."""
+
+    def __init__(self, pid: int):
+        self.pid, self.peak, self._stop = pid, 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, tree_rss_mb(self.pid))
+            self._stop.wait(0.25)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, tree_rss_mb(self.pid))
+
+
+def machine() -> dict:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor() or "unknown")
+    mem_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))
+    return {"nproc": os.cpu_count(), "cpu": cpu, "memory_gb": round(mem_kb / 1024 / 1024, 1),
+            "python": platform.python_version(), "kernel": platform.release()}
+
+
+# ----------------------------------------------------------------------------- measuring
+
+
+@dataclass
+class Result:
+    name: str
+    title: str
+    available: bool = True
+    note: str = ""
+    requests: int = 0
+    errors: int = 0
+    statuses: dict = field(default_factory=dict)
+    rps: float = 0.0
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+    rss_mb: float = 0.0
+    generator_cpu_pct: float = 0.0
+    connections: int = 0
+    generators: int = 1
+    ratios: dict = field(default_factory=dict)
+    target: dict = field(default_factory=dict)
+    meets_target: bool | None = None
+
+
+def percentile(sorted_values: list[int], p: float) -> float:
+    if not sorted_values:
+        return 0.0
+    return sorted_values[min(len(sorted_values) - 1, int(round(p / 100 * (len(sorted_values) - 1))))] / 1000
+
+
+def drive(job: dict, generators: int = 1) -> dict:
+    """Run the load generator in `generators` processes (connections split between them) and merge."""
+    per = max(1, job["connections"] // generators)
+    procs = []
+    for _ in range(generators):
+        p = subprocess.Popen([sys.executable, "-m", "bench.load"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT)
+        p.stdin.write(json.dumps({**job, "connections": per}).encode())
+        p.stdin.close()
+        procs.append(p)
+    outs = []
+    for p in procs:
+        raw = p.stdout.read()
+        if p.wait() != 0:
+            raise SystemExit("load generator failed")
+        outs.append(json.loads(raw))
+    latencies = sorted(x for o in outs for x in o["latencies_us"])
+    seconds = max(o["seconds"] for o in outs) or 1e-9
+    statuses: dict[str, int] = {}
+    for o in outs:
+        for k, v in o["statuses"].items():
+            statuses[k] = statuses.get(k, 0) + v
+    return {
+        "requests": len(latencies),
+        "errors": sum(o["errors"] for o in outs),
+        "statuses": statuses,
+        "rps": len(latencies) / seconds,
+        "p50_ms": percentile(latencies, 50),
+        "p99_ms": percentile(latencies, 99),
+        # Of one core, averaged over the generator processes.
+        "generator_cpu_pct": 100 * sum(o["cpu_seconds"] for o in outs) / sum(o["wall_seconds"] or 1e-9 for o in outs),
+    }
+
+
+def measure(result: Result, job: dict, pid: int, generators: int = 1) -> Result:
+    with RssSampler(pid) as rss:
+        figures = drive(job, generators)
+    for key, value in figures.items():
+        setattr(result, key, value)
+    result.rss_mb = rss.peak
+    result.connections, result.generators = job["connections"], generators
+    return result
+
+
+def compare(result: Result, baseline: Result) -> None:
+    if not result.available or not result.requests:
+        return
+    result.ratios = {
+        "rps": result.rps / baseline.rps,
+        "p50": result.p50_ms / baseline.p50_ms if baseline.p50_ms else None,
+        "p99": result.p99_ms / baseline.p99_ms if baseline.p99_ms else None,
+    }
+    target = TARGETS.get(result.name)
+    if target:
+        result.target = target
+        ok = result.ratios["rps"] >= target["rps"] and result.errors == 0
+        if "p99" in target:
+            ok = ok and result.ratios["p99"] is not None and result.ratios["p99"] <= target["p99"]
+        result.meets_target = ok
+
+
+# ----------------------------------------------------------------------------- the registry under test
+
+
+class Capreg:
+    """`capreg serve` on a fresh database, and the CLI on the same CAPREG_HOME / DATABASE_URL."""
+
+    def __init__(self, database_url: str | None, workers: int, home: Path):
+        self.home = home
+        self.server_url = database_url
+        self.database = None
+        self.env = {**os.environ, "CAPREG_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+        self.env.pop("DATABASE_URL", None)
+        self.workers = workers
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen | None = None
+
+    async def _admin(self, sql: str) -> None:
+        import asyncpg
+
+        conn = await asyncpg.connect(self.server_url)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    def start(self) -> None:
+        if self.server_url:
+            self.database = "capreg_bench_" + secrets.token_hex(4)
+            asyncio.run(self._admin(f'CREATE DATABASE "{self.database}"'))
+            parts = urlsplit(self.server_url)
+            self.env["DATABASE_URL"] = urlunsplit(parts._replace(path="/" + self.database))
+        log = self.home / "serve.log"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "registry.cli", "serve", "--port", str(self.port), "--workers", str(self.workers)],
+            env=self.env, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT,
+        )
+        wait_ready(f"{self.base}/readyz", self.process, log)
+
+    def stop(self) -> None:
+        stop(self.process)
+        if self.database:
+            asyncio.run(self._admin(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)'))
+
+    def mint(self, tenant: str, sub: str, scopes: list[str], regions: list[str] | None = None) -> str:
+        args = [sys.executable, "-m", "registry.cli", "token", "mint", "--tenant", tenant, "--sub", sub,
+                "--scope", " ".join(scopes), "--ttl", "86400"]
+        if regions:
+            args += ["--regions", ",".join(regions)]
+        out = subprocess.run(args, env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            raise SystemExit(f"capreg token mint failed: {out.stderr}")
+        return out.stdout.strip()
+
+    def dsn(self) -> tuple[str, object]:
+        if self.database:
+            return self.env["DATABASE_URL"], None
+        from db.embedded import start_embedded
+
+        server = start_embedded(self.home)
+        return server.get_uri(), server
+
+
+async def explain_plans(dsn: str) -> dict[str, str]:
+    """EXPLAIN (ANALYZE, BUFFERS) of the discovery queries the scenarios run, via db.capabilities itself."""
+    import asyncpg
+
+    from db import capabilities
+    from db.pool import create_pool
+
+    class Explaining:
+        def __init__(self, pool):
+            self.pool, self.plan = pool, ""
+
+        async def fetch(self, sql, *params):
+            rows = await self.pool.fetch("EXPLAIN (ANALYZE, BUFFERS) " + sql, *params)
+            self.plan = "\n".join(r[0] for r in rows)
+            return []
+
+    pool = await create_pool(dsn, min_size=1, max_size=2)
+    plans = {}
+    try:
+        cases = {
+            "public first page (limit 50)": dict(viewer_tenant=None, limit=51),
+            "tenant viewer first page (limit 50)": dict(viewer_tenant="acme", limit=51),
+            "filtered (q + tag + sideEffectMax)": dict(viewer_tenant=None, q="invoice", tags=["finance"], side_effect_max=1, limit=51),
+        }
+        for title, kwargs in cases.items():
+            conn = Explaining(pool)
+            await capabilities.discover(conn, **kwargs)
+            plans[title] = conn.plan
+    except (asyncpg.PostgresError, TypeError) as exc:
+        plans["error"] = repr(exc)
+    finally:
+        await pool.close()
+    return plans
+
+
+# ----------------------------------------------------------------------------- scenarios
+
+
+def filtered_queries(seed: int) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    queries = []
+    for domain in sorted(data.DOMAINS):
+        for noun in data.DOMAINS[domain]:
+            effect = rng.choice(["none", "idempotent", "write"])
+            queries.append(f"/v1/capabilities?q={noun}&tag={domain}&sideEffectMax={effect}&limit=50")
+    return queries
+
+
+def openapi_paths(base: str) -> set[str]:
+    return set(httpx.get(f"{base}/schema/openapi.json", timeout=10).json()["paths"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--agents", type=int, default=1000, help="agents to load (3 to 5 skills each; default 1000)")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per scenario (default 10)")
+    parser.add_argument("--connections", type=int, default=32, help="load-generator connections (default 32)")
+    parser.add_argument("--writers", type=int, default=8, help="concurrent registration clients (default 8)")
+    parser.add_argument("--workers", type=int, default=1, help="granian workers for capreg and the baseline (default 1)")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--database-url", help="create a fresh database on this PostgreSQL server (default: embedded)")
+    parser.add_argument("--no-explain", action="store_true", help="skip EXPLAIN (ANALYZE, BUFFERS) of the discovery queries")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="directory for the JSON results")
+    args = parser.parse_args(argv)
+
+    # pgserver keeps a runtime dir under XDG_RUNTIME_DIR and platformdirs warns when it is unset.
+    os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
+    started = time.monotonic()
+    warmup = min(1.0, args.duration * 0.2)
+    home = Path(tempfile.mkdtemp(prefix="capreg-bench-"))
+    baseline_proc = None
+    registry = Capreg(args.database_url, args.workers, home)
+    results: list[Result] = []
+    plans: dict[str, str] = {}
+    try:
+        # -- baseline
+        bport = free_port()
+        blog = home / "baseline.log"
+        baseline_proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.baseline", "--port", str(bport), "--workers", str(args.workers)],
+            cwd=ROOT, stdout=blog.open("w"), stderr=subprocess.STDOUT,
+        )
+        wait_ready(f"http://127.0.0.1:{bport}/baseline", baseline_proc, blog)
+        job = {"host": "127.0.0.1", "port": bport, "connections": args.connections, "duration": args.duration,
+               "warmup": warmup, "requests": [{"method": "GET", "path": "/baseline"}]}
+        baseline = measure(Result("baseline", "baseline: 1 KB JSON (litestar + granian)"), job, baseline_proc.pid)
+        baseline2 = measure(Result("baseline_2gen", "baseline, 2 generator processes"), job, baseline_proc.pid, generators=2)
+        stop(baseline_proc)
+        results += [baseline, baseline2]
+        print(f"baseline: {baseline.rps:,.0f} req/s p99 {baseline.p99_ms:.2f} ms (2 generators: {baseline2.rps:,.0f} req/s)", flush=True)
+
+        # -- capreg
+        registry.start()
+        pid = registry.process.pid
+        base = registry.base
+        scopes = sorted({f"{n}:{m}" for ns in data.DOMAINS.values() for n in ns for m in ("read", "write")})
+        publishers = {t: registry.mint(t, "bench-publisher", ["registry:publish", "registry:read"]) for t in data.TENANTS}
+        reader = registry.mint("acme", "bench-router", ["registry:read", *scopes], regions=data.REGIONS)
+        print(f"capreg up at {base} ({time.monotonic() - started:.0f}s); loading {args.agents} agents", flush=True)
+
+        load = {"host": "127.0.0.1", "port": registry.port, "connections": args.writers, "duration": 24 * 3600,
+                "warmup": 0, "expect": [201],
+                "registration": {"seed": args.seed, "count": args.agents, "rounds": [0, 0], "tokens": publishers}}
+        loaded = measure(Result("register_agents", f"register new agents ({args.writers} clients)"), load, pid)
+        results.append(loaded)
+        print(f"loaded {loaded.requests} agents at {loaded.rps:,.0f}/s, {loaded.errors} errors "
+              f"({time.monotonic() - started:.0f}s)", flush=True)
+
+        paths = openapi_paths(base)
+        specs = data.agents(args.seed, min(args.agents, 400))
+        public = [a for a in specs if a.card["visibility"] == "public"][:200]
+        first_page = "/v1/capabilities?limit=50"
+        etag = httpx.get(base + first_page).headers["etag"]
+
+        def job_for(requests, expect=(200,), connections=None):
+            return {"host": "127.0.0.1", "port": registry.port, "connections": connections or args.connections,
+                    "duration": args.duration, "warmup": warmup, "expect": list(expect), "requests": requests}
+
+        def run(name, title, requests, expect=(200,), connections=None):
+            result = measure(Result(name, title), job_for(requests, expect, connections), pid)
+            compare(result, baseline)
+            results.append(result)
+            print(f"  {title}: {result.rps:,.0f} req/s, p99 {result.p99_ms:.2f} ms, {result.errors} errors", flush=True)
+
+        def unavailable(name, title, why):
+            results.append(Result(name, title, available=False, note=why))
+            print(f"  {title}: not available ({why})", flush=True)
+
+        run("healthz", "capreg floor: GET /healthz (no database)", [{"method": "GET", "path": "/healthz"}])
+        run("discovery", "public discovery, first page of 50", [{"method": "GET", "path": first_page}])
+        run("filtered", "filtered discovery (q + tag + sideEffectMax)",
+            [{"method": "GET", "path": p} for p in filtered_queries(args.seed)])
+        run("conditional", "conditional discovery (If-None-Match hit)",
+            [{"method": "GET", "path": first_page, "headers": {"If-None-Match": etag}}], expect=(304,))
+        run("agent_card", "A2A agent card",
+            [{"method": "GET", "path": f"/v1/agents/{a.tenant}/{a.agent_id}/.well-known/agent-card.json"} for a in public])
+
+        auth = {"Authorization": f"Bearer {reader}"}
+        detail_path = "/v1/agents/{tenant}/{agent_id}/skills/{skill_id}/versions/{version}"
+        if detail_path in paths:
+            run("detail", "detail release (token, latest)", [
+                {"method": "GET", "path": f"/v1/agents/{a.tenant}/{a.agent_id}/skills/{s['id']}/versions/latest", "headers": auth}
+                for a in public for s in a.card["skills"][:1]])
+        else:
+            unavailable("detail", "detail release (token, latest)", "GET " + detail_path + " not served")
+
+        mintable = [(a, s) for a in public for s in a.card["skills"] if s["sideEffect"] != "destructive"][:200]
+        mint_bodies = [json.dumps({"audience": f"{a.tenant}/{a.agent_id}", "skill": s["id"], "version": "^" + s["version"].split(".")[0],
+                                   "scopes": s["scopes"], "ttlSeconds": 300, "maxDepth": 0}) for a, s in mintable]
+        json_auth = {**auth, "Content-Type": "application/json"}
+        if "/v1/tickets" in paths:
+            run("ticket_mint", "ticket mint", [{"method": "POST", "path": "/v1/tickets", "headers": json_auth, "body": b} for b in mint_bodies],
+                expect=(200, 201))
+        else:
+            unavailable("ticket_mint", "ticket mint", "POST /v1/tickets not served")
+
+        if "/v1/tickets/introspect" in paths and "/v1/tickets" in paths:
+            introspections = []
+            with httpx.Client(base_url=base, headers=json_auth, timeout=30) as http:
+                for body in mint_bodies[:50]:
+                    minted = http.post("/v1/tickets", content=body)
+                    if minted.status_code == 201:
+                        tenant = json.loads(body)["audience"].split("/")[0]
+                        introspector = publishers[tenant]
+                        introspections.append({"method": "POST", "path": "/v1/tickets/introspect",
+                                               "headers": {"Authorization": f"Bearer {introspector}", "Content-Type": "application/json"},
+                                               "body": json.dumps({"ticket": minted.json()["ticket"]})})
+            if introspections:
+                run("introspect", "ticket introspection", introspections)
+            else:
+                unavailable("introspect", "ticket introspection", "no ticket could be minted for it")
+        else:
+            unavailable("introspect", "ticket introspection", "POST /v1/tickets/introspect not served")
+
+        writes = {"host": "127.0.0.1", "port": registry.port, "connections": args.writers, "duration": args.duration,
+                  "warmup": 0, "expect": [201],
+                  "registration": {"seed": args.seed, "count": args.agents, "rounds": [1, 1000], "tokens": publishers}}
+        registered = measure(Result("register_versions", f"register new versions ({args.writers} clients), agents/s"), writes, pid)
+        compare(registered, baseline)
+        results.append(registered)
+        print(f"  new versions: {registered.rps:,.1f} agents/s, p99 {registered.p99_ms:.1f} ms, {registered.errors} errors", flush=True)
+        compare(loaded, baseline)
+
+        if not args.no_explain:
+            dsn, handle = registry.dsn()
+            plans = asyncio.run(explain_plans(dsn))
+            del handle
+    finally:
+        stop(baseline_proc)
+        registry.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+    report = {
+        "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "database_url"}
+        | {"database": "external" if args.database_url else "embedded", "warmup_seconds": warmup},
+        "elapsed_seconds": round(time.monotonic() - started, 1),
+        "results": [r.__dict__ for r in results],
+        "explain": plans,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(report, indent=2))
+    print()
+    print(table(results, args))
+    print(f"\n{report['elapsed_seconds']:.0f}s; results in {path}")
+    return 0
+
+
+def table(results: list[Result], args) -> str:
+    head = f"{'scenario':<52} {'req/s':>9} {'x base':>7} {'p50 ms':>8} {'x base':>7} {'p99 ms':>8} {'x base':>7} {'errors':>6} {'RSS MB':>7} {'gen CPU':>7}  target"
+    lines = [f"capreg benchmark: {args.agents} agents, {args.duration:g}s per scenario, {args.connections} connections, {args.workers} worker(s)", head, "-" * len(head)]
+    for r in results:
+        if not r.available:
+            lines.append(f"{r.title:<52} {'not available':>9}  ({r.note})")
+            continue
+        ratio = lambda k: f"{r.ratios[k]:.2f}" if r.ratios.get(k) is not None else "-"  # noqa: E731
+        verdict = "" if r.meets_target is None else ("ok" if r.meets_target else "MISS") + f" (>= {r.target['rps']}x" + (
+            f", p99 <= {r.target['p99']}x)" if "p99" in r.target else ")")
+        lines.append(f"{r.title:<52} {r.rps:>9,.1f} {ratio('rps'):>7} {r.p50_ms:>8.2f} {ratio('p50'):>7} {r.p99_ms:>8.2f} "
+                     f"{ratio('p99'):>7} {r.errors:>6} {r.rss_mb:>7.0f} {r.generator_cpu_pct:>6.0f}%  {verdict}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
