@@ -1,3 +1,232 @@
-"""HTTP: (placeholder until its issue lands)."""
+"""HTTP: detail release (contract section 4) — a capability version's schemas and endpoints, the A2A
+extended agent card, tool exports and argument validation, each only after the visibility,
+retirement, scope and data-region checks, each release and refusal audited before answering.
 
-ROUTES: list = []
+Anonymous callers are 401 and leave no audit event: the log records what identified callers were
+given or refused, and an unauthenticated request would let anyone grow it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Annotated, Any, Literal
+
+import msgspec
+from litestar import Request, get, post
+from litestar.params import JSONBody, PathParameter, QueryParameter
+
+from auth.policy import NOT_FOUND, CapabilityGate, Decision, can_see, decide_release
+from auth.principal import Caller
+from db import agents as agent_queries
+from db import audit as audit_queries
+from db import capabilities as capability_queries
+from registry.arguments import Mode, ValidationReport, validate_arguments
+from registry.cards import extended_agent_card, mcp_tool, openai_tool
+from registry.discovery import capability_version, public_capability
+from registry.problems import ErrorItem, ProblemError, invalid_request, not_found, problem_responses
+from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN, CapabilityVersion
+from registry.release import (
+    CapabilityDetail,
+    capability_detail,
+    choose_version,
+    endpoints,
+    parse_version_request,
+    refusal,
+    release_event,
+    requested_ref,
+    withheld_extended_card,
+)
+from registry.service import Registry, registry_of, trace_id_of
+from registry.versions import InvalidRange
+from registry.wire import Wire
+
+TenantPath = Annotated[str, PathParameter(pattern=TENANT_PATTERN, description="tenant id")]
+AgentPath = Annotated[str, PathParameter(pattern=AGENT_ID_PATTERN, description="agent id")]
+SkillPath = Annotated[str, PathParameter(pattern=SKILL_ID_PATTERN, max_length=128, description="skill (capability) id")]
+VersionPath = Annotated[
+    str,
+    PathParameter(
+        min_length=1, max_length=256,
+        description="an exact version, `latest`, or a range (`^2`, `~2.1`, `>=2,<3`; URL-encoded)",
+    ),
+]
+
+_VERSION_PATH = "/v1/agents/{tenant:str}/{agent_id:str}/skills/{skill_id:str}/versions/{version:str}"
+_GATED = problem_responses(400, 401, 403, 404, 410)
+
+
+class Released(msgspec.Struct, frozen=True):
+    """A capability version the caller passed the checks for, with the rows it came from."""
+
+    cap: CapabilityVersion
+    row: Any
+    agent: Any
+
+
+async def release(
+    request: Request, tenant: str, agent_id: str, skill_id: str, version: str
+) -> tuple[Registry, Caller, Released]:
+    """Resolve `version` and run the checks in contract order; audit the outcome, then answer.
+
+    A malformed range is 400 before anything is looked up (it says nothing about any record).
+    """
+    registry = registry_of(request)
+    caller = await registry.require_caller(request)
+    try:
+        wanted = parse_version_request(version)
+    except InvalidRange as exc:
+        raise invalid_request("not a version, `latest` or a version range", [ErrorItem(path="version", message=str(exc))]) from None
+    trace_id = trace_id_of(request)
+    ref = requested_ref(tenant, agent_id, skill_id, version)
+
+    async def denied(decision: Decision, *, ref: str, scopes: Sequence[str] = ()) -> ProblemError:
+        event = release_event(caller, tenant=tenant, ref=ref, decision=decision, scopes=scopes, trace_id=trace_id)
+        await audit_queries.record_events(registry.pool, [event])
+        return refusal(decision, ref=ref)
+
+    agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
+    if agent is None or not can_see(
+        caller, tenant=agent["tenant"], visibility=agent["visibility"], shared_with=agent["shared_with"]
+    ):
+        raise await denied(NOT_FOUND, ref=ref)
+    rows = await capability_queries.skill_versions(registry.pool, tenant, agent_id, skill_id, detail=True)
+    versions = [(capability_version(row), row) for row in rows]
+    chosen = choose_version([cap for cap, _ in versions], wanted, now=datetime.now(timezone.utc))
+    if chosen is None:
+        raise await denied(NOT_FOUND, ref=ref)
+    row = next(row for cap, row in versions if cap is chosen)
+    gate = CapabilityGate.of(chosen, visibility=agent["visibility"], shared_with=agent["shared_with"])
+    decision = decide_release(caller, gate, exact_version=wanted.exact)
+    if not decision.allowed:
+        raise await denied(decision, ref=chosen.ref, scopes=chosen.scopes)
+    event = release_event(caller, tenant=tenant, ref=chosen.ref, decision=decision, scopes=chosen.scopes, trace_id=trace_id)
+    await audit_queries.record_events(registry.pool, [event])
+    return registry, caller, Released(cap=chosen, row=row, agent=agent)
+
+
+@get(
+    _VERSION_PATH,
+    summary="Capability detail: schemas, examples and endpoints (tenant, scope and region checks)",
+    description=(
+        "Public fields plus `inputSchema`, `outputSchema`, `examples` and `endpoints` = "
+        "`{interfaces: [the agent's own A2A supportedInterfaces], instances: [{instanceId, url, expiresAt}] "
+        "(live heartbeat leases)}`. Checks in order: visible (404), exact retired version (410), every "
+        "capability scope held (403 insufficient_scope with missingScopes), token `regions` intersect "
+        "`dataRegions` when declared (403 data_location_denied). Every answer is audited."
+    ),
+    responses=_GATED,
+)
+async def get_capability_detail(
+    request: Request, tenant: TenantPath, agent_id: AgentPath, skill_id: SkillPath, version: VersionPath
+) -> CapabilityDetail:
+    registry, _, released = await release(request, tenant, agent_id, skill_id, version)
+    instances = await agent_queries.live_instances(registry.pool, tenant, agent_id)
+    return capability_detail(
+        public_capability(released.row), released.cap, endpoints(released.agent["card"], instances)
+    )
+
+
+@get(
+    "/v1/agents/{tenant:str}/{agent_id:str}/extendedAgentCard",
+    summary="A2A 1.0 extended agent card: only the skills the caller passes, schemas in the capreg extension",
+    description=(
+        "The path the A2A HTTP+JSON transport requests (`GET {interface url}/extendedAgentCard`). "
+        "Lists the latest in-force version of each skill whose checks the caller passes, with the agent's "
+        "own interfaces. A caller that passes none gets a card with no skills and only the registry as "
+        "interface. An agent the caller may not see is 404."
+    ),
+    responses=problem_responses(401, 404),
+)
+async def get_extended_agent_card(request: Request, tenant: TenantPath, agent_id: AgentPath) -> dict:
+    registry = registry_of(request)
+    caller = await registry.require_caller(request)
+    trace_id = trace_id_of(request)
+    agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
+    if agent is None or not can_see(
+        caller, tenant=agent["tenant"], visibility=agent["visibility"], shared_with=agent["shared_with"]
+    ):
+        event = release_event(caller, tenant=tenant, ref=f"{tenant}/{agent_id}", decision=NOT_FOUND, trace_id=trace_id)
+        await audit_queries.record_events(registry.pool, [event])
+        raise not_found("no such agent")
+    rows = await capability_queries.latest_per_skill(registry.pool, tenant, agent_id, detail=True)
+    passed, events = [], []
+    for cap in (capability_version(row) for row in rows):
+        gate = CapabilityGate.of(cap, visibility=agent["visibility"], shared_with=agent["shared_with"])
+        decision = decide_release(caller, gate, exact_version=False)
+        events.append(release_event(caller, tenant=tenant, ref=cap.ref, decision=decision, scopes=cap.scopes, trace_id=trace_id))
+        if decision.allowed:
+            passed.append(cap)
+    await audit_queries.record_events(registry.pool, events)
+    base_url = f"{registry.public_url(request)}/v1/agents/{tenant}/{agent_id}"
+    if not passed:
+        return withheld_extended_card(agent["card"], base_url=base_url)
+    return extended_agent_card(agent["card"], passed, base_url=base_url)
+
+
+@get(
+    _VERSION_PATH + "/tool",
+    summary="The capability as an OpenAI function-calling tool or an MCP tool definition",
+    responses=_GATED,
+)
+async def get_capability_tool(
+    request: Request,
+    tenant: TenantPath,
+    agent_id: AgentPath,
+    skill_id: SkillPath,
+    version: VersionPath,
+    format: Annotated[Literal["openai", "mcp"], QueryParameter(description="openai or mcp")],  # noqa: A002
+) -> dict:
+    _, _, released = await release(request, tenant, agent_id, skill_id, version)
+    return openai_tool(released.cap) if format == "openai" else mcp_tool(released.cap)
+
+
+class ValidateRequest(Wire, forbid_unknown_fields=True):
+    """Arguments as a JSON object, or model output text to take the first JSON object from."""
+
+    arguments: dict[str, Any] | str
+    mode: Mode = "strict"
+
+
+async def reject_unreadably_deep_json(request: Request) -> None:
+    """400 for a body nested deeper than the JSON decoder can follow.
+
+    msgspec raises RecursionError (not a DecodeError) there, which litestar would let through as
+    a 500; this runs before litestar decodes the body. Other decode errors are litestar's to report.
+    """
+    try:
+        msgspec.json.decode(await request.body())
+    except RecursionError:
+        raise invalid_request(
+            "request body is nested too deeply", [ErrorItem(path="", message="JSON nesting exceeds the decoder's limit")]
+        ) from None
+    except msgspec.DecodeError:
+        pass
+
+
+@post(
+    _VERSION_PATH + "/validate",
+    status_code=200,
+    summary="Validate tool-call arguments against the capability's input schema",
+    description=(
+        "`arguments` is a JSON object, or text from which the first JSON object is taken (prose and "
+        "Markdown fences skipped). Text without a JSON object answers 200 with `valid: false`. "
+        "Strict: any violation is invalid. Lenient: defaults filled in, unknown properties dropped "
+        "and reported as warnings."
+    ),
+    responses=problem_responses(400, 401, 403, 404, 410, 413),
+    before_request=reject_unreadably_deep_json,
+)
+async def validate_capability_arguments(
+    request: Request,
+    tenant: TenantPath,
+    agent_id: AgentPath,
+    skill_id: SkillPath,
+    version: VersionPath,
+    data: JSONBody[ValidateRequest],
+) -> ValidationReport:
+    _, _, released = await release(request, tenant, agent_id, skill_id, version)
+    return validate_arguments(released.cap.input_schema, data.arguments, data.mode)
+
+
+ROUTES = [get_capability_detail, get_extended_agent_card, get_capability_tool, validate_capability_arguments]

@@ -1,0 +1,173 @@
+"""External identity providers (CAPREG_TRUSTED_ISSUERS) end to end: a second app on the same database
+trusts an IdP whose JWKS is a file; its tokens work for detail release, and nothing else does."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from registry.app import create_app
+from registry.config import Settings, TrustedIssuer, load_settings
+from tests.conftest import example
+
+IDP = "https://idp.example.test/"
+IDP_KID = "idp-rsa-1"
+BILLING = example("billing-agent.json")
+
+
+def jwk_of(public_key, kid: str, alg: str) -> dict:
+    jwk = json.loads(jwt.algorithms.get_default_algorithms()[alg].to_jwk(public_key))
+    return {**jwk, "kid": kid, "alg": alg, "use": "sig"}
+
+
+class IdentityProvider:
+    """An IdP that signs RS256 tokens with one RSA key and publishes it in a JWKS file."""
+
+    def __init__(self, directory: Path):
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.jwks_file = directory / "idp-jwks.json"
+        self.jwks_file.write_text(json.dumps({"keys": [jwk_of(self.key.public_key(), IDP_KID, "RS256")]}))
+
+    @staticmethod
+    def claims(tenant: str, scope: str, regions: list[str] | None = None, **changes) -> dict:
+        now = int(time.time())
+        claims = {
+            "iss": IDP, "sub": "idp-router", "aud": "capreg", "iat": now, "exp": now + 300,
+            "jti": str(uuid.uuid4()), "tenant": tenant, "scope": scope,
+        }
+        if regions is not None:
+            claims["regions"] = regions
+        return {**claims, **changes}
+
+    def token(self, claims: dict, *, typ: str | None = "JWT", kid: str = IDP_KID, key=None, alg: str = "RS256") -> str:
+        # PyJWT drops a falsy `typ` from the header: that is the "no typ" case.
+        return jwt.encode(claims, key or self.key, algorithm=alg, headers={"kid": kid, "typ": typ or ""})
+
+
+@pytest.fixture(scope="module")
+def idp() -> IdentityProvider:
+    return IdentityProvider(Path(tempfile.mkdtemp(prefix="capreg-idp-")))
+
+
+@pytest.fixture(scope="module")
+async def idp_client(database_url, idp):
+    """A second capreg on the same database that also trusts the IdP (its JWKS from a file)."""
+    settings = Settings(
+        database_url=database_url,
+        home=Path(tempfile.mkdtemp(prefix="capreg-home-")),
+        trusted_issuers=[TrustedIssuer(issuer=IDP, jwks_file=str(idp.jwks_file))],
+    )
+    application = create_app(settings)
+    started, stop = asyncio.Event(), asyncio.Event()
+
+    async def run_lifespan() -> None:
+        async with application.lifespan():
+            started.set()
+            await stop.wait()
+
+    task = asyncio.create_task(run_lifespan())
+    await asyncio.wait([asyncio.ensure_future(started.wait()), task], return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        task.result()
+    transport = httpx.ASGITransport(app=application)
+    async with httpx.AsyncClient(transport=transport, base_url="http://registry.test") as client:
+        yield client
+    stop.set()
+    await task
+
+
+@pytest.fixture
+async def billing(client, mint, tenant) -> str:
+    response = await client.put(
+        f"/v1/agents/{tenant}/billing-agent", json={**BILLING, "visibility": "tenant"},
+        headers=mint(tenant, "publisher", "registry:publish"),
+    )
+    assert response.status_code == 201, response.text
+    return f"/v1/agents/{tenant}/billing-agent/skills/invoice.lookup/versions/2.0.0"
+
+
+def bearer(token: str) -> dict:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def test_idp_tokens_release_details(idp_client, idp, billing, tenant, db):
+    for typ in ("JWT", "at+jwt", "application/at+jwt", None):
+        token = idp.token(idp.claims(tenant, "invoice:read", ["eu"]), typ=typ)
+        assert ("typ" in jwt.get_unverified_header(token)) == (typ is not None)
+        response = await idp_client.get(billing, headers=bearer(token))
+        assert response.status_code == 200, (typ, response.text)
+        assert response.json()["inputSchema"] == BILLING["skills"][0]["inputSchema"]
+    event = await db.fetchrow(
+        "SELECT type, actor, actor_tenant FROM audit_events WHERE trace_id = $1", response.headers["x-trace-id"]
+    )
+    assert tuple(event) == ("detail.released", "idp-router", tenant)
+    # The same checks apply to IdP callers: another tenant sees nothing, a missing scope is 403.
+    stranger = await idp_client.get(billing, headers=bearer(idp.token(idp.claims("s" + tenant, "invoice:read", ["eu"]))))
+    assert stranger.status_code == 404
+    no_scope = await idp_client.get(billing, headers=bearer(idp.token(idp.claims(tenant, "", ["eu"]))))
+    assert no_scope.status_code == 403 and no_scope.json()["missingScopes"] == ["invoice:read"]
+    # An array `scope` (some IdPs emit one) is read as the list of scopes.
+    listed = await idp_client.get(billing, headers=bearer(idp.token(idp.claims(tenant, ["invoice:read"], ["eu"]))))
+    assert listed.status_code == 200, listed.text
+
+
+async def test_capreg_keys_still_work_next_to_the_idp(idp_client, client, mint, billing, tenant):
+    own = mint(tenant, "router", "invoice:read", regions=["eu"])
+    response = await idp_client.get(billing, headers=own)
+    assert response.status_code == 200, response.text
+
+
+async def test_kid_is_looked_up_only_in_the_issuers_own_key_set(idp_client, idp, billing, tenant, registry):
+    claims = idp.claims(tenant, "invoice:read", ["eu"])
+    capreg_kid = registry.keyring.signing_kid
+    # IdP issuer, signed by capreg's own key under capreg's kid: capreg's key set is not the IdP's.
+    by_capreg_key = registry.keyring.sign(claims, typ="at+jwt")
+    assert jwt.get_unverified_header(by_capreg_key)["kid"] == capreg_kid
+    # IdP issuer and key, but naming capreg's kid.
+    by_idp_key = idp.token(claims, kid=capreg_kid)
+    # An EdDSA key the IdP never published, under capreg's kid.
+    by_stranger_key = idp.token(claims, kid=capreg_kid, key=Ed25519PrivateKey.generate(), alg="EdDSA")
+    for token in (by_capreg_key, by_idp_key, by_stranger_key):
+        response = await idp_client.get(billing, headers=bearer(token))
+        assert response.status_code == 401, response.text
+        assert response.json()["code"] == "invalid_token"
+        assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+async def test_untrusted_or_wrong_tokens_are_401(idp_client, client, idp, billing, tenant):
+    good = idp.claims(tenant, "invoice:read", ["eu"])
+    impostor_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    cases = {
+        "unknown issuer": idp.token({**good, "iss": "https://other-idp.example.test/"}),
+        "wrong audience": idp.token({**good, "aud": "someone-else"}),
+        "expired": idp.token({**good, "iat": int(time.time()) - 600, "exp": int(time.time()) - 300}),
+        "no tenant": idp.token({k: v for k, v in good.items() if k != "tenant"}),
+        "bad signature": idp.token(good, key=impostor_key),
+        "unknown kid": idp.token(good, kid="idp-rsa-2"),
+        "ticket typ": idp.token(good, typ="capreg-ticket+jwt"),
+        "other typ": idp.token(good, typ="id_token+jwt"),
+        "alg none": jwt.encode(good, None, algorithm="none", headers={"kid": IDP_KID}),
+        "HS256 with the public key": jwt.encode(good, "not-a-secret-key-of-enough-length!!", algorithm="HS256", headers={"kid": IDP_KID}),
+    }
+    for name, token in cases.items():
+        response = await idp_client.get(billing, headers=bearer(token))
+        assert response.status_code == 401, (name, response.text)
+        assert response.json()["code"] == "invalid_token"
+    # The app without the IdP configured refuses its tokens: the trust is configuration, not the token.
+    response = await client.get(billing, headers=bearer(idp.token(good)))
+    assert response.status_code == 401
+
+
+def test_trusted_issuers_setting_reads_a_jwks_file(idp):
+    settings = load_settings({"CAPREG_TRUSTED_ISSUERS": json.dumps([{"issuer": IDP, "jwksFile": str(idp.jwks_file)}])})
+    assert settings.trusted_issuers == [TrustedIssuer(issuer=IDP, jwks_file=str(idp.jwks_file))]
