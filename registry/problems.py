@@ -30,7 +30,7 @@ TITLES = {
 }
 
 
-class ErrorItem(Wire):
+class ErrorItem(Wire, omit_defaults=True):
     path: str
     message: str
     kind: str | None = None
@@ -148,9 +148,10 @@ def _from_http_exception(exc: HTTPException) -> ProblemError:
         errors = []
         for item in exc.extra if isinstance(exc.extra, list) else []:
             if isinstance(item, dict):
-                source = item.get("source")
+                source = getattr(item.get("source"), "value", item.get("source"))
                 key = str(item.get("key", ""))
-                path = json_pointer(key) if source in (None, "body") else f"{source}:{key}"
+                # Body errors are JSON pointers into the body; parameter errors name the parameter.
+                path = json_pointer(key) if source in (None, "body") else key
                 errors.append(ErrorItem(path=path, message=str(item.get("message", ""))))
         detail = "request body is not valid JSON" if "truncated" in str(exc.detail) or "malformed" in str(exc.detail).lower() else "the request is invalid"
         return invalid_request(detail if not errors else "the request does not match the expected shape", errors or None)
@@ -204,10 +205,13 @@ def handle_exception(request: Request, exc: Exception) -> Response:
 
 
 def problem_responses(*statuses: int) -> dict[int, Any]:
-    """OpenAPI response specs documenting the problem shape for the given statuses."""
+    """OpenAPI response specs documenting the problem shape for the given statuses.
+
+    400 (a malformed parameter) and 503 (database unreachable) can answer any API call.
+    """
     from litestar.openapi.datastructures import ResponseSpec
 
     return {
         status: ResponseSpec(data_container=Problem, media_type=PROBLEM_MEDIA_TYPE, description=TITLES.get(status, "Error"))
-        for status in statuses
+        for status in sorted({400, 503, *statuses})
     }

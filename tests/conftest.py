@@ -11,7 +11,13 @@ import asyncio
 import json
 import os
 import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -26,6 +32,7 @@ from registry.app import create_app
 from registry.config import Settings
 
 EXAMPLES = Path(__file__).parent / "examples"
+ROOT = Path(__file__).parent.parent
 
 
 def example(name: str) -> dict:
@@ -147,3 +154,71 @@ def other_tenant() -> str:
 async def count_rows(pool, table: str, **where) -> int:
     clauses = " AND ".join(f"{column} = ${i}" for i, column in enumerate(where, 1)) or "TRUE"
     return await pool.fetchval(f"SELECT count(*) FROM {table} WHERE {clauses}", *where.values())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def capreg(env: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run the capreg CLI as a user would (a separate process)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "registry.cli", *args], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"capreg {' '.join(args)} failed: {result.stdout}\n{result.stderr}")
+    return result
+
+
+def start_server(home: Path, database_url: str | None, port: int | None = None):
+    """`capreg serve` as a process; returns (process, base_url, env) once /readyz answers 200."""
+    port = port or free_port()
+    env = {**os.environ, "CAPREG_HOME": str(home), "CAPREG_PORT": str(port)}
+    env.pop("DATABASE_URL", None)
+    if database_url:
+        env["DATABASE_URL"] = database_url
+    log_path = home / "serve.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "registry.cli", "serve"], env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
+        )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                return process, base, env
+        except httpx.HTTPError:
+            pass
+        if process.poll() is not None:
+            raise AssertionError(f"capreg serve exited: {log_path.read_text()}")
+        time.sleep(0.2)
+    process.kill()
+    raise AssertionError(f"capreg serve did not become ready: {log_path.read_text()}")
+
+
+def stop_server(process: subprocess.Popen) -> int:
+    process.send_signal(signal.SIGINT)
+    try:
+        return process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait()
+
+
+def server_home() -> Path:
+    """A CAPREG_HOME outside pytest's tmp dirs: concurrent pytest runs prune each other's old ones."""
+    return Path(tempfile.mkdtemp(prefix="capreg-home-"))
+
+
+@pytest.fixture(scope="session")
+def live_server(database_url):
+    """One real `capreg serve` for the session: embedded PostgreSQL under its own CAPREG_HOME when the
+    suite runs without DATABASE_URL (the default a newcomer gets), else this run's fresh database."""
+    home = server_home()
+    process, base, env = start_server(home, database_url if os.environ.get("DATABASE_URL") else None)
+    yield base, env, home
+    stop_server(process)
+    shutil.rmtree(home, ignore_errors=True)

@@ -4,81 +4,15 @@ the CLI (`token mint`, `register`, `audit verify`, `openapi --check`) and plain 
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import httpx
 import jwt
-import pytest
 
-EXAMPLES = Path(__file__).parent / "examples"
-ROOT = Path(__file__).parent.parent
+from tests.conftest import EXAMPLES, capreg
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def capreg(env: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [sys.executable, "-m", "registry.cli", *args], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT
-    )
-    if check and result.returncode != 0:
-        raise AssertionError(f"capreg {' '.join(args)} failed: {result.stdout}\n{result.stderr}")
-    return result
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory, database_url_for_processes):
-    home = tmp_path_factory.mktemp("home")
-    port = free_port()
-    env = {**os.environ, "CAPREG_HOME": str(home), "CAPREG_PORT": str(port)}
-    env.pop("DATABASE_URL", None)
-    if database_url_for_processes:
-        env["DATABASE_URL"] = database_url_for_processes
-    log_path = home / "serve.log"
-    log = log_path.open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "registry.cli", "serve"], env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if process.poll() is not None:
-            raise AssertionError(f"capreg serve exited: {log_path.read_text()}")
-        time.sleep(0.2)
-    else:
-        process.kill()
-        raise AssertionError("capreg serve did not become ready")
-    yield base, env, home
-    process.send_signal(signal.SIGINT)
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    log.close()
-
-
-@pytest.fixture(scope="module")
-def database_url_for_processes() -> str | None:
-    """Use DATABASE_URL's server when the suite runs against one; else the processes embed their own."""
-    return os.environ.get("DATABASE_URL")
-
-
-def test_mint_register_discover_verify(server):
-    base, env, _ = server
+def test_mint_register_discover_verify(live_server):
+    base, env, _ = live_server
     token = capreg(env, "token", "mint", "--tenant", "acme", "--sub", "ci", "--scope", "registry:publish registry:read").stdout.strip()
     assert token.count(".") == 2
     registered = capreg({**env, "CAPREG_URL": base, "CAPREG_TOKEN": token},
@@ -99,15 +33,15 @@ def test_mint_register_discover_verify(server):
     assert "intact" in verify.stdout
 
 
-def test_expired_token_from_the_cli_is_refused(server):
-    base, env, _ = server
+def test_expired_token_from_the_cli_is_refused(live_server):
+    base, env, _ = live_server
     token = capreg(env, "token", "mint", "--tenant", "acme", "--sub", "ci", "--scope", "registry:read", "--ttl", "-60").stdout.strip()
     response = httpx.get(f"{base}/v1/capabilities", headers={"Authorization": f"Bearer {token}"})
     assert response.status_code == 401 and response.json()["code"] == "invalid_token"
 
 
-def test_register_reports_failure_with_exit_code(server, tmp_path):
-    base, env, _ = server
+def test_register_reports_failure_with_exit_code(live_server, tmp_path):
+    base, env, _ = live_server
     token = capreg(env, "token", "mint", "--tenant", "acme", "--sub", "ci", "--scope", "registry:publish").stdout.strip()
     bad = tmp_path / "bad.json"
     bad.write_text('{"name": "x"}')
@@ -115,8 +49,8 @@ def test_register_reports_failure_with_exit_code(server, tmp_path):
     assert result.returncode == 1 and "invalid_request" in result.stdout
 
 
-def test_metrics_and_schema_on_the_real_server(server):
-    base, _, _ = server
+def test_metrics_and_schema_on_the_real_server(live_server):
+    base, _, _ = live_server
     httpx.get(f"{base}/v1/capabilities")
     metrics = httpx.get(f"{base}/metrics").text
     assert "capreg_requests_total" in metrics and 'path="/v1/capabilities"' in metrics
@@ -129,3 +63,26 @@ def test_openapi_check_detects_drift(tmp_path):
     stale.write_text("{}")
     assert capreg(env, "openapi", "--check", "--output", str(stale), check=False).returncode == 1
     assert capreg(env, "openapi", "--check").returncode == 0
+
+
+def test_embedded_server_keeps_data_and_stops_on_exit():
+    """`capreg serve` without DATABASE_URL: data survives a restart, and the server stops on exit."""
+    from tests.conftest import server_home, start_server, stop_server
+
+    tmp_path = server_home()
+    process, base, env = start_server(tmp_path, None)
+    env.pop("DATABASE_URL", None)
+    try:
+        token = capreg(env, "token", "mint", "--tenant", "keep", "--sub", "ci", "--scope", "registry:publish").stdout.strip()
+        response = httpx.put(f"{base}/v1/agents/keep/billing-agent", content=(EXAMPLES / "billing-agent.json").read_bytes(),
+                             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        assert response.status_code == 201, response.text
+    finally:
+        assert stop_server(process) == 0
+    assert not (tmp_path / "pgdata" / "postmaster.pid").exists()
+    process, base, _ = start_server(tmp_path, None)
+    try:
+        items = httpx.get(f"{base}/v1/capabilities", params={"tenant": "keep"}).json()["items"]
+        assert len(items) == 2
+    finally:
+        stop_server(process)
