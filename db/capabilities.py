@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -62,6 +63,20 @@ async def latest_per_skill(
              ORDER BY c.skill_id, c.prerelease, c.version_key DESC""",
         tenant, agent_id,
     )
+
+
+async def snapshot_bounds(conn: asyncpg.Connection | asyncpg.Pool) -> tuple[int, Any]:
+    """The change sequence number now, and the next moment a version becomes effective (or None).
+
+    Read before a cached response's query: the response is at least as new as that sequence number,
+    and what is in force changes by itself at that moment.
+    """
+    row = await conn.fetchrow(
+        """SELECT (SELECT seq FROM change_head WHERE id = 1) AS seq,
+                  (SELECT min(effective_at) FROM capability_versions
+                    WHERE effective_at > now() AND status <> 'retired') AS next_effective"""
+    )
+    return row["seq"], row["next_effective"]
 
 
 def _like_escape(text: str) -> str:
@@ -152,3 +167,44 @@ async def discover(
              ORDER BY c.tenant, c.agent_id, c.skill_id, c.version_key DESC
              LIMIT {bind(limit)}"""
     return await conn.fetch(sql, *params)
+
+
+async def version_contracts(conn: asyncpg.Connection, tenant: str, agent_id: str) -> list[asyncpg.Record]:
+    """What the compatibility check compares, for every non-retired version of an agent's skills."""
+    return await conn.fetch(
+        """SELECT skill_id, version, input_schema, output_schema, scopes, side_effect, requires_approval, data_regions
+             FROM capability_versions
+            WHERE tenant = $1 AND agent_id = $2 AND status <> 'retired'""",
+        tenant, agent_id,
+    )
+
+
+async def lock_version_status(
+    conn: asyncpg.Connection, tenant: str, agent_id: str, skill_id: str, version: str
+) -> str | None:
+    """The version's status (None if there is no such version), its row locked for a lifecycle change."""
+    return await conn.fetchval(
+        """SELECT status FROM capability_versions
+            WHERE tenant = $1 AND agent_id = $2 AND skill_id = $3 AND version = $4 FOR UPDATE""",
+        tenant, agent_id, skill_id, version,
+    )
+
+
+async def deprecate_version(
+    conn: asyncpg.Connection, tenant: str, agent_id: str, skill_id: str, version: str,
+    sunset_at: datetime | None, message: str | None,
+) -> None:
+    await conn.execute(
+        """UPDATE capability_versions
+              SET status = 'deprecated', sunset_at = $5, deprecation_message = $6, updated_at = now()
+            WHERE tenant = $1 AND agent_id = $2 AND skill_id = $3 AND version = $4""",
+        tenant, agent_id, skill_id, version, sunset_at, message,
+    )
+
+
+async def retire_version(conn: asyncpg.Connection, tenant: str, agent_id: str, skill_id: str, version: str) -> None:
+    await conn.execute(
+        """UPDATE capability_versions SET status = 'retired', updated_at = now()
+            WHERE tenant = $1 AND agent_id = $2 AND skill_id = $3 AND version = $4""",
+        tenant, agent_id, skill_id, version,
+    )

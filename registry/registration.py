@@ -21,6 +21,7 @@ from registry.audit import AuditEvent
 from registry.cards import a2a_card_dict, normalize_registration
 from registry.problems import ErrorItem, ProblemError, invalid_request
 from registry.records import SIDE_EFFECT_ORDER, AgentRegistration, SkillRegistration
+from registry.compatibility import check_compatibility
 from registry.versions import InvalidVersion, Version
 from registry.wire import Wire
 
@@ -177,6 +178,53 @@ def _version_row(tenant: str, agent_id: str, prepared: PreparedSkill) -> dict[st
     }
 
 
+def skill_contract(row: Any) -> dict[str, Any]:
+    """A stored version in the camelCase shape `registry.compatibility.check_compatibility` reads."""
+    return {
+        "inputSchema": row["input_schema"],
+        "outputSchema": row["output_schema"],
+        "scopes": list(row["scopes"]),
+        "sideEffect": row["side_effect"],
+        "requiresApproval": row["requires_approval"],
+        "dataRegions": list(row["data_regions"]),
+    }
+
+
+def incompatibilities(
+    existing: list[tuple[str, Version, dict]], new: list[tuple[int, str, Version, dict]]
+) -> list[ErrorItem]:
+    """Breaking changes that new versions would publish without a major bump.
+
+    `existing`: (skill id, version, contract) of stored, non-retired versions; `new`: (index in the
+    body, skill id, version, contract). Each new release is compared with the highest lower release
+    of its major line (stored, or published earlier in the same request), and the next higher one
+    already stored must in turn stay compatible with it. Pre-releases promise nothing and are
+    neither checked nor used as a baseline.
+    """
+    known = [(skill_id, version, contract) for skill_id, version, contract in existing if not version.is_prerelease]
+    errors: list[ErrorItem] = []
+    for index, skill_id, version, contract in sorted(new, key=lambda item: (item[1], item[2])):
+        if version.is_prerelease:
+            continue
+        line = [(v, c) for s, v, c in known if s == skill_id and v.major == version.major]
+        lower = max(((v, c) for v, c in line if v < version), default=None, key=lambda vc: vc[0])
+        higher = min(((v, c) for v, c in line if v > version), default=None, key=lambda vc: vc[0])
+        if lower is not None:
+            for change in check_compatibility(lower[1], contract):
+                errors.append(ErrorItem(
+                    path=f"/skills/{index}{change.path}", kind=change.kind,
+                    message=f"{change.message} (compared with {skill_id}@{lower[0]}; breaking changes need a new major version)",
+                ))
+        if higher is not None:
+            for change in check_compatibility(contract, higher[1]):
+                errors.append(ErrorItem(
+                    path=f"/skills/{index}{change.path}", kind=change.kind,
+                    message=f"{skill_id}@{higher[0]} is already published and would break callers of {version}: {change.message}",
+                ))
+        known.append((skill_id, version, contract))
+    return errors
+
+
 class RegistrationResult(msgspec.Struct):
     created: bool
     published: list[VersionRef]
@@ -191,7 +239,6 @@ async def apply_registration(
     prepared: PreparedRegistration,
     *,
     trace_id: str | None,
-    check_compatibility=None,
 ) -> RegistrationResult:
     """Write a prepared registration in one transaction; raises ProblemError (nothing applied) on conflict."""
     reg = prepared.registration
@@ -252,8 +299,18 @@ async def apply_registration(
                 ))
         if conflicts:
             raise ProblemError(409, "version_conflict", "published versions are immutable", errors=conflicts)
-        if check_compatibility is not None and new_skills:
-            await check_compatibility(conn, tenant, agent_id, new_skills)
+        if new_skills:
+            stored = await capability_queries.version_contracts(conn, tenant, agent_id)
+            breaking = incompatibilities(
+                [(r["skill_id"], Version.parse(r["version"]), skill_contract(r)) for r in stored],
+                [(prepared.skills.index(p), p.skill.id, p.version, skill_content(p.skill, p.requires_approval)) for p in new_skills],
+            )
+            if breaking:
+                raise ProblemError(
+                    409, "incompatible_change",
+                    "a new minor or patch version must stay compatible with the versions before it",
+                    errors=breaking,
+                )
         for skill in new_skills:
             await capability_queries.insert_version(conn, _version_row(tenant, agent_id, skill))
             ref = f"{agent_ref}/{skill.skill.id}@{skill.skill.version}"

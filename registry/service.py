@@ -95,8 +95,6 @@ class Registry:
             external=load_external_issuers(settings.trusted_issuers),
         )
         self._keyring_lock = asyncio.Lock()
-        # Publishing hook for the version compatibility check (registry.compatibility), set by the app.
-        self.check_compatibility = None
 
     async def refresh_keyring(self) -> None:
         """Reload keys (another replica may have rotated); at most every few seconds."""

@@ -76,7 +76,7 @@ async def register_agent(
     async with registry.pool.acquire() as conn:
         result = await apply_registration(
             conn, caller, tenant, agent_id, prepared,
-            trace_id=trace_id_of(request), check_compatibility=registry.check_compatibility,
+            trace_id=trace_id_of(request),
         )
         agent = await agent_queries.get_agent(conn, tenant, agent_id)
         skills = await capability_queries.latest_per_skill(conn, tenant, agent_id)

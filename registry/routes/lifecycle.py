@@ -1,3 +1,175 @@
-"""HTTP: (placeholder until its issue lands)."""
+"""HTTP: the version lifecycle (deprecate, retire) and the compatibility check agents run in CI."""
 
-ROUTES: list = []
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+import msgspec
+from litestar import Request, post
+from litestar.params import JSONBody, PathParameter
+
+from auth.policy import can_see
+from auth.principal import Caller
+from db import agents as agent_queries
+from db import capabilities as capability_queries
+from db.audit import append_events, record_events
+from db.changes import record_change
+from registry.audit import AuditEvent
+from registry.compatibility import check_compatibility
+from registry.discovery import capability_ref, public_capability
+from registry.problems import ErrorItem, ProblemError, invalid_request, not_found, problem_responses, tenant_mismatch
+from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN, PublicCapability, SkillRegistration
+from registry.registration import schema_errors, skill_content
+from registry.service import registry_of, trace_id_of
+from registry.versions import InvalidVersion, Version
+from registry.wire import Wire
+
+TenantPath = Annotated[str, PathParameter(pattern=TENANT_PATTERN)]
+AgentPath = Annotated[str, PathParameter(pattern=AGENT_ID_PATTERN)]
+SkillPath = Annotated[str, PathParameter(pattern=SKILL_ID_PATTERN, max_length=128)]
+VersionPath = Annotated[str, PathParameter(max_length=128, description="an exact published version")]
+_VERSION_PATH = "/v1/agents/{tenant:str}/{agent_id:str}/skills/{skill_id:str}/versions/{version:str}"
+
+
+class Deprecation(Wire, forbid_unknown_fields=True):
+    sunset_at: datetime | None = None
+    message: Annotated[str, msgspec.Meta(max_length=1024)] | None = None
+
+
+class CompatibilityRequest(Wire):
+    old: SkillRegistration
+    new: SkillRegistration
+
+
+class CompatibilityReport(Wire):
+    compatible: bool
+    errors: list[ErrorItem]
+    breaking_changes: list[ErrorItem]
+
+
+async def _change_lifecycle(
+    request: Request, tenant: str, agent_id: str, skill_id: str, version: str, event_type: str, apply
+) -> PublicCapability:
+    """Shared shell of deprecate and retire: checks in contract order, one transaction, audited."""
+    registry = registry_of(request)
+    caller: Caller = await registry.require_caller(request)
+    trace_id = trace_id_of(request)
+    ref = capability_ref(tenant, agent_id, skill_id, version)
+
+    async def refuse(error: ProblemError) -> ProblemError:
+        await record_events(registry.pool, [AuditEvent(
+            type=event_type, outcome="denied", tenant=tenant, actor_tenant=caller.tenant, actor=caller.sub,
+            ref=ref, reason=error.code, trace_id=trace_id,
+        )])
+        return error
+
+    agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
+    if agent is None or not can_see(caller, tenant=tenant, visibility=agent["visibility"], shared_with=agent["shared_with"]):
+        raise await refuse(not_found("no such capability version"))
+    if caller.tenant != tenant:
+        raise await refuse(tenant_mismatch())
+    if not caller.holds("registry:admin"):
+        raise await refuse(ProblemError(403, "insufficient_scope", "this operation needs the scope registry:admin",
+                                        missing_scopes=["registry:admin"]))
+    try:
+        Version.parse(version)
+    except InvalidVersion:
+        raise await refuse(invalid_request("lifecycle changes name an exact version", [ErrorItem(path="version", message="not a semantic version")])) from None
+    async with registry.pool.acquire() as conn:
+        try:
+            async with conn.transaction():
+                status = await capability_queries.lock_version_status(conn, tenant, agent_id, skill_id, version)
+                if status is None:
+                    raise not_found("no such capability version")
+                if await apply(conn, status):
+                    await record_change(conn, event_type, tenant, agent_id, ref)
+                    await append_events(conn, [AuditEvent(
+                        type=event_type, outcome="allowed", tenant=tenant, actor_tenant=caller.tenant,
+                        actor=caller.sub, ref=ref, trace_id=trace_id,
+                    )])
+        except ProblemError as error:
+            raise await refuse(error) from None
+        rows = await capability_queries.skill_versions(conn, tenant, agent_id, skill_id)
+    return public_capability(next(r for r in rows if r["version"] == version))
+
+
+@post(
+    f"{_VERSION_PATH}/deprecate",
+    status_code=200,
+    summary="Deprecate a version: still discoverable and delegable, shown with status deprecated",
+    responses=problem_responses(401, 403, 404, 410),
+)
+async def deprecate(
+    request: Request, tenant: TenantPath, agent_id: AgentPath, skill_id: SkillPath, version: VersionPath,
+    data: JSONBody[Deprecation],
+) -> PublicCapability:
+    async def apply(conn, status: str) -> bool:
+        if status == "retired":
+            raise ProblemError(410, "retired", "a retired version cannot be deprecated")
+        await capability_queries.deprecate_version(conn, tenant, agent_id, skill_id, version, data.sunset_at, data.message)
+        return True
+
+    return await _change_lifecycle(request, tenant, agent_id, skill_id, version, "version.deprecated", apply)
+
+
+@post(
+    f"{_VERSION_PATH}/retire",
+    status_code=200,
+    summary="Retire a version: gone from discovery, cards and ranges; exact requests answer 410; its tickets go inactive",
+    responses=problem_responses(401, 403, 404),
+)
+async def retire(
+    request: Request, tenant: TenantPath, agent_id: AgentPath, skill_id: SkillPath, version: VersionPath
+) -> PublicCapability:
+    async def apply(conn, status: str) -> bool:
+        if status == "retired":
+            return False  # retiring twice changes nothing
+        await capability_queries.retire_version(conn, tenant, agent_id, skill_id, version)
+        return True
+
+    return await _change_lifecycle(request, tenant, agent_id, skill_id, version, "version.retired", apply)
+
+
+@post(
+    "/v1/compatibility",
+    status_code=200,
+    summary="Compare two versions of a skill: the verdict publishing `new` after `old` would get",
+    description=(
+        "`compatible` is true when publishing `new` after `old` would be accepted: no breaking change, or `new` "
+        "is a higher major version. `errors` lists the breaking changes that would refuse it (empty when "
+        "accepted); `breakingChanges` lists every breaking change found, also across a major bump."
+    ),
+    responses=problem_responses(401),
+)
+async def compatibility(request: Request, data: JSONBody[CompatibilityRequest]) -> CompatibilityReport:
+    await registry_of(request).require_caller(request)
+    problems: list[ErrorItem] = []
+    versions = {}
+    for side in ("old", "new"):
+        skill: SkillRegistration = getattr(data, side)
+        try:
+            versions[side] = Version.parse(skill.version)
+        except InvalidVersion as exc:
+            problems.append(ErrorItem(path=f"/{side}/version", message=f"not a semantic version (2.0): {exc}"))
+        problems += schema_errors(skill.input_schema, f"/{side}/inputSchema", must_be_object=True)
+        problems += schema_errors(skill.output_schema, f"/{side}/outputSchema", must_be_object=False)
+    if problems:
+        raise invalid_request("both skills must be valid registrations", problems)
+
+    def contract(skill: SkillRegistration) -> dict:
+        approval = skill.requires_approval if skill.requires_approval is not None else skill.side_effect == "destructive"
+        return skill_content(skill, approval)
+
+    found = [
+        ErrorItem(path=change.path, kind=change.kind, message=change.message)
+        for change in check_compatibility(contract(data.old), contract(data.new))
+    ]
+    old, new = versions["old"], versions["new"]
+    if new <= old:
+        raise invalid_request("new must be a higher version than old", [ErrorItem(path="/new/version", message=f"{new} is not above {old}")])
+    exempt = new.major != old.major or new.is_prerelease
+    return CompatibilityReport(compatible=exempt or not found, errors=[] if exempt else found, breaking_changes=found)
+
+
+ROUTES = [deprecate, retire, compatibility]
