@@ -193,7 +193,7 @@ def _json_equal(a: Any, b: Any) -> bool:
                 continue
             if len(x) != len(y):
                 return False
-            pending.extend(zip(x, y))
+            pending.extend(zip(x, y, strict=True))
         elif not (x is None and y is None):
             return False
     return True
@@ -257,7 +257,7 @@ def _type_kinds(type_value: Any) -> frozenset[str] | None:
 
 def _type_names(kinds: frozenset[str] | set[str]) -> str:
     names = [k for k in ("null", "boolean", "object", "array", "string") if k in kinds]
-    if _NUMBERS <= kinds:
+    if kinds >= _NUMBERS:
         names.append("number")
     elif "integer" in kinds:
         names.append("integer")
@@ -357,26 +357,8 @@ _CONTEXT_DEPENDENT = ("unevaluatedProperties", "unevaluatedItems", "$dynamicRef"
 
 # Keywords that never reject a value; a subschema made only of these accepts everything.
 _ANNOTATIONS = frozenset(
-    {
-        "$schema",
-        "$id",
-        "$anchor",
-        "$dynamicAnchor",
-        "$comment",
-        "$defs",
-        "definitions",
-        "$vocabulary",
-        "title",
-        "description",
-        "default",
-        "examples",
-        "deprecated",
-        "readOnly",
-        "writeOnly",
-        "contentMediaType",
-        "contentEncoding",
-        "contentSchema",
-    }
+    "$schema $id $anchor $dynamicAnchor $comment $defs definitions $vocabulary title description default examples"
+    " deprecated readOnly writeOnly contentMediaType contentEncoding contentSchema".split()
 )
 
 _MAX_COMPARISONS = 20_000
@@ -681,7 +663,7 @@ class _SchemaComparison:
                             "type",
                             self._say(
                                 f"old accepted {_type_names(lost)} here; no {keyword} branch of the new schema does",
-                                f"new may return {_type_names(lost)} here; no {keyword} branch of the old schema allowed it",
+                                f"new may return {_type_names(lost)} here; no old {keyword} branch allowed it",
                             ),
                         )
                     )
@@ -691,16 +673,17 @@ class _SchemaComparison:
                             at,
                             "undecidable",
                             self._say(
-                                f"cannot show that one {keyword} branch of the new schema accepts everything the old schema accepted here",
-                                f"cannot show that everything the new schema allows here fits one {keyword} branch of the old schema",
+                                f"cannot show that one new {keyword} branch accepts all the old schema accepted here",
+                                f"cannot show that all the new schema allows here fits one old {keyword} branch",
                             ),
                         )
                     )
                 continue
             # oneOf also needs every other branch to reject these values (else they match two).
-            if keyword == "oneOf":
-                if not all(self._disjoint(b, alternative) for i, b in enumerate(branches) if i != covering):
-                    findings.append((at, "undecidable", "cannot show that values here match exactly one oneOf branch"))
+            if keyword == "oneOf" and not all(
+                self._disjoint(b, alternative) for i, b in enumerate(branches) if i != covering
+            ):
+                findings.append((at, "undecidable", "cannot show that values here match exactly one oneOf branch"))
         return findings
 
     def _disjoint(self, branch: Any, narrow: list[Mapping[str, Any]]) -> bool:
@@ -709,7 +692,8 @@ class _SchemaComparison:
         if flat is None:
             return True
         narrow_kinds = self._kinds(narrow)
-        if not (self._branch_kinds(branch, self.wide_root) & narrow_kinds):
+        shared_kinds = self._branch_kinds(branch, self.wide_root) & narrow_kinds
+        if not shared_kinds:
             return True
         branch_values = self._finite_values(flat, _ALL_KINDS)
         narrow_values = self._finite_values(narrow, narrow_kinds)
@@ -718,7 +702,10 @@ class _SchemaComparison:
             if not any(v in members for v in narrow_values):
                 return True
         # A discriminator: a property the branch requires, whose allowed values the narrow side
-        # never uses (a value missing there fails the branch's `required`).
+        # never uses (a value missing there fails the branch's `required`). Only objects have
+        # properties, so this needs both sides to share no other kind of value.
+        if shared_kinds != {"object"}:
+            return False
         for schema in flat:
             properties = schema.get("properties")
             required = schema.get("required")
@@ -976,7 +963,7 @@ class _SchemaComparison:
         wide_prefix = wide.get("prefixItems", [])
         wide_items = wide.get("items", True)
         if not isinstance(wide_prefix, list) or isinstance(wide_items, list):
-            return findings + [(path + "/items", "undecidable", "array items in a form this checker does not compare")]
+            return [*findings, (path + "/items", "undecidable", "array items in a form this checker does not compare")]
         if not wide_prefix and wide_items is True:
             return findings
         prefixes = [n["prefixItems"] if isinstance(n.get("prefixItems"), list) else [] for n in narrow]
@@ -990,7 +977,7 @@ class _SchemaComparison:
                 wide_item, at = wide_items, f"{path}/items"
             narrow_item = [
                 p[index] if index < len(p) else n["items"]
-                for n, p in zip(narrow, prefixes)
+                for n, p in zip(narrow, prefixes, strict=True)
                 if index < len(p) or "items" in n
             ]
             findings += self.covers(wide_item, narrow_item, at, depth + 1)

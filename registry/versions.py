@@ -316,7 +316,8 @@ def resolve(spec: str, versions: Iterable[Version]) -> Version | None:
 
     `spec` is `latest` (newest release; pre-releases are never "latest"), an exact version (returned
     when present; an exact spec with build metadata must match it too), or a range (newest match).
-    Raises InvalidRange when `spec` is none of these.
+    Raises InvalidRange when `spec` is none of these. The answer is one of the given objects itself
+    (not a copy), so callers can map it back to their records by identity.
     """
     candidates = list(versions)
     if spec == "latest":

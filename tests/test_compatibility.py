@@ -53,8 +53,8 @@ KIND_A = {"type": "object", "properties": {"kind": {"const": "a"}, "x": STRING},
 KIND_B = {"type": "object", "properties": {"kind": {"const": "b"}, "y": INTEGER}, "required": ["kind"]}
 KIND_C = {"type": "object", "properties": {"kind": {"const": "c"}}, "required": ["kind"]}
 
-I = "/inputSchema"
-O = "/outputSchema"
+IN = "/inputSchema"
+OUT = "/outputSchema"
 
 CASES = [
     # --- input: compatible ---------------------------------------------------------------------
@@ -157,163 +157,163 @@ CASES = [
     pytest.param(
         inp(obj({"id": STRING})),
         inp(obj({"id": STRING, "invoiceId": STRING}, required=["invoiceId"])),
-        {("required_added", f"{I}/properties/invoiceId")},
+        {("required_added", f"{IN}/properties/invoiceId")},
         id="required-added",
     ),
     pytest.param(
         inp(obj({"id": STRING})),
         inp({"allOf": [obj({"id": STRING}), {"required": ["id"]}]}),
-        {("required_added", f"{I}/properties/id")},
+        {("required_added", f"{IN}/properties/id")},
         id="required-added-through-allOf",
     ),
     pytest.param(
         inp(obj({"id": STRING, "x": STRING}, additionalProperties=False)),
         inp(obj({"id": STRING}, additionalProperties=False)),
-        {("property_removed", f"{I}/properties/x")},
+        {("property_removed", f"{IN}/properties/x")},
         id="property-removed-closed-object",
     ),
     pytest.param(
         inp(obj({"id": STRING, "x": INTEGER}, additionalProperties=False)),
         inp(obj({"id": STRING}, additionalProperties=STRING)),
-        {("property_removed", f"{I}/properties/x")},
+        {("property_removed", f"{IN}/properties/x")},
         id="property-removed-additional-schema-rejects-it",
     ),
     pytest.param(
         inp(obj({"n": NUMBER})),
         inp(obj({"n": INTEGER})),
-        {("type_narrowed", f"{I}/properties/n/type")},
+        {("type_narrowed", f"{IN}/properties/n/type")},
         id="number-to-integer",
     ),
     pytest.param(
         inp(obj({"n": {"type": ["string", "null"]}})),
         inp(obj({"n": STRING})),
-        {("type_narrowed", f"{I}/properties/n/type")},
+        {("type_narrowed", f"{IN}/properties/n/type")},
         id="null-dropped",
     ),
     pytest.param(
-        inp(obj({"n": {}})), inp(obj({"n": STRING})), {("type_narrowed", f"{I}/properties/n/type")}, id="type-added"
+        inp(obj({"n": {}})), inp(obj({"n": STRING})), {("type_narrowed", f"{IN}/properties/n/type")}, id="type-added"
     ),
     pytest.param(
         inp(obj({"c": {"enum": ["eur", "usd"]}})),
         inp(obj({"c": {"enum": ["eur"]}})),
-        {("enum_narrowed", f"{I}/properties/c/enum")},
+        {("enum_narrowed", f"{IN}/properties/c/enum")},
         id="enum-value-removed",
     ),
     pytest.param(
         inp(obj({"c": STRING})),
         inp(obj({"c": {"type": "string", "enum": ["eur"]}})),
-        {("enum_narrowed", f"{I}/properties/c/enum")},
+        {("enum_narrowed", f"{IN}/properties/c/enum")},
         id="enum-added",
     ),
     pytest.param(
         inp(obj({"c": STRING})),
         inp(obj({"c": {"const": "eur"}})),
-        {("const_changed", f"{I}/properties/c/const")},
+        {("const_changed", f"{IN}/properties/c/const")},
         id="const-added",
     ),
     pytest.param(
         inp(obj({"c": {"const": "eur"}})),
         inp(obj({"c": {"const": "usd"}})),
-        {("const_changed", f"{I}/properties/c/const")},
+        {("const_changed", f"{IN}/properties/c/const")},
         id="const-changed",
     ),
     pytest.param(
         inp(obj({"n": {"type": "number", "minimum": 0}})),
         inp(obj({"n": {"type": "number", "minimum": 1}})),
-        {("bound_tightened", f"{I}/properties/n/minimum")},
+        {("bound_tightened", f"{IN}/properties/n/minimum")},
         id="minimum-raised",
     ),
     pytest.param(
         inp(obj({"n": {"type": "number", "maximum": 10}})),
         inp(obj({"n": {"type": "number", "exclusiveMaximum": 10}})),
-        {("bound_tightened", f"{I}/properties/n/exclusiveMaximum")},
+        {("bound_tightened", f"{IN}/properties/n/exclusiveMaximum")},
         id="maximum-made-exclusive",
     ),
     pytest.param(
         inp(obj({"s": {"type": "string", "maxLength": 64}})),
         inp(obj({"s": {"type": "string", "minLength": 1, "maxLength": 32}})),
-        {("bound_tightened", f"{I}/properties/s/minLength"), ("bound_tightened", f"{I}/properties/s/maxLength")},
+        {("bound_tightened", f"{IN}/properties/s/minLength"), ("bound_tightened", f"{IN}/properties/s/maxLength")},
         id="string-lengths-tightened",
     ),
     pytest.param(
         inp(obj({"l": {"type": "array", "items": STRING}})),
         inp(obj({"l": {"type": "array", "items": STRING, "minItems": 1, "uniqueItems": True}})),
-        {("bound_tightened", f"{I}/properties/l/minItems"), ("bound_tightened", f"{I}/properties/l/uniqueItems")},
+        {("bound_tightened", f"{IN}/properties/l/minItems"), ("bound_tightened", f"{IN}/properties/l/uniqueItems")},
         id="array-min-items-and-unique-items",
     ),
     pytest.param(
         inp(obj({"m": {"type": "object"}})),
         inp(obj({"m": {"type": "object", "maxProperties": 3}})),
-        {("bound_tightened", f"{I}/properties/m/maxProperties")},
+        {("bound_tightened", f"{IN}/properties/m/maxProperties")},
         id="max-properties-added",
     ),
     pytest.param(
         inp(obj({"n": {"type": "integer", "multipleOf": 5}})),
         inp(obj({"n": {"type": "integer", "multipleOf": 10}})),
-        {("bound_tightened", f"{I}/properties/n/multipleOf")},
+        {("bound_tightened", f"{IN}/properties/n/multipleOf")},
         id="multipleOf-non-divisor",
     ),
     pytest.param(
         inp(obj({"s": STRING})),
         inp(obj({"s": {"type": "string", "pattern": "^inv-"}})),
-        {("pattern_added", f"{I}/properties/s/pattern")},
+        {("pattern_added", f"{IN}/properties/s/pattern")},
         id="pattern-added",
     ),
     pytest.param(
         inp(obj({"s": {"type": "string", "pattern": "^inv-"}})),
         inp(obj({"s": {"type": "string", "pattern": "^INV-"}})),
-        {("pattern_added", f"{I}/properties/s/pattern")},
+        {("pattern_added", f"{IN}/properties/s/pattern")},
         id="pattern-changed",
     ),
     pytest.param(
         inp(obj({"s": STRING})),
         inp(obj({"s": {"type": "string", "format": "date"}})),
-        {("format_added", f"{I}/properties/s/format")},
+        {("format_added", f"{IN}/properties/s/format")},
         id="format-added",
     ),
     pytest.param(
         inp(obj({"id": STRING})),
         inp(obj({"id": STRING}, additionalProperties=False)),
-        {("additional_properties_narrowed", f"{I}/additionalProperties")},
+        {("additional_properties_narrowed", f"{IN}/additionalProperties")},
         id="additional-properties-closed",
     ),
     pytest.param(
         inp(obj({"id": STRING}, additionalProperties=True)),
         inp(obj({"id": STRING}, additionalProperties=STRING)),
-        {("additional_properties_narrowed", f"{I}/additionalProperties")},
+        {("additional_properties_narrowed", f"{IN}/additionalProperties")},
         id="additional-properties-restricted",
     ),
     pytest.param(
         inp(obj({}, additionalProperties={"type": ["string", "integer"]})),
         inp(obj({}, additionalProperties=STRING)),
-        {("type_narrowed", f"{I}/additionalProperties/type")},
+        {("type_narrowed", f"{IN}/additionalProperties/type")},
         id="additional-properties-schema-narrowed",
     ),
     pytest.param(
         inp(obj({"l": {"type": "array", "items": NUMBER}})),
         inp(obj({"l": {"type": "array", "items": INTEGER}})),
-        {("type_narrowed", f"{I}/properties/l/items/type")},
+        {("type_narrowed", f"{IN}/properties/l/items/type")},
         id="items-narrowed",
     ),
     pytest.param(
         inp(obj({"t": {"type": "array", "prefixItems": [STRING, NUMBER]}})),
         inp(obj({"t": {"type": "array", "prefixItems": [STRING, INTEGER]}})),
-        {("type_narrowed", f"{I}/properties/t/prefixItems/1/type")},
+        {("type_narrowed", f"{IN}/properties/t/prefixItems/1/type")},
         id="prefix-items-narrowed",
     ),
     pytest.param(
         inp(obj({"customer": obj({"id": NUMBER, "name": STRING})})),
         inp(obj({"customer": obj({"id": INTEGER, "name": STRING}, required=["name"])})),
         {
-            ("type_narrowed", f"{I}/properties/customer/properties/id/type"),
-            ("required_added", f"{I}/properties/customer/properties/name"),
+            ("type_narrowed", f"{IN}/properties/customer/properties/id/type"),
+            ("required_added", f"{IN}/properties/customer/properties/name"),
         },
         id="nested-object",
     ),
     pytest.param(
         inp({"$defs": {"amount": NUMBER}, "type": "object", "properties": {"a": {"$ref": "#/$defs/amount"}}}),
         inp({"$defs": {"amount": INTEGER}, "type": "object", "properties": {"a": {"$ref": "#/$defs/amount"}}}),
-        {("type_narrowed", f"{I}/properties/a/type")},
+        {("type_narrowed", f"{IN}/properties/a/type")},
         id="ref-target-narrowed",
     ),
     pytest.param(
@@ -327,11 +327,11 @@ CASES = [
                 "properties": {"a": {"$ref": "#/definitions/amount"}},
             }
         ),
-        {("bound_tightened", f"{I}/properties/a/maximum")},
+        {("bound_tightened", f"{IN}/properties/a/maximum")},
         id="draft7-definitions-ref",
     ),
     pytest.param(
-        inp(TREE), inp(TREE_INTEGER), {("type_narrowed", f"{I}/properties/value/type")}, id="recursive-ref-narrowed"
+        inp(TREE), inp(TREE_INTEGER), {("type_narrowed", f"{IN}/properties/value/type")}, id="recursive-ref-narrowed"
     ),
     pytest.param(
         inp(obj({"x": STRING})),
@@ -342,61 +342,61 @@ CASES = [
                 "properties": {"x": {"$ref": "#/$defs/a"}},
             }
         ),
-        {("undecidable", f"{I}/properties/x")},
+        {("undecidable", f"{IN}/properties/x")},
         id="reference-cycle",
     ),
     pytest.param(
         inp(obj({"x": STRING})),
         inp(obj({"x": {"$ref": "https://schemas.example/x.json"}})),
-        {("undecidable", f"{I}/properties/x")},
+        {("undecidable", f"{IN}/properties/x")},
         id="remote-ref",
     ),
     pytest.param(
         inp(obj({"v": {"anyOf": [STRING, INTEGER]}})),
         inp(obj({"v": {"anyOf": [STRING]}})),
-        {("type_narrowed", f"{I}/properties/v/anyOf/1")},
+        {("type_narrowed", f"{IN}/properties/v/anyOf/1")},
         id="anyOf-branch-removed",
     ),
     pytest.param(
         inp(obj({"v": {"anyOf": [{"minimum": 0}, {"maximum": 10}]}})),
         inp(obj({"v": {"anyOf": [{"minimum": 5}, {"maximum": 3}]}})),
-        {("undecidable", f"{I}/properties/v/anyOf/0"), ("undecidable", f"{I}/properties/v/anyOf/1")},
+        {("undecidable", f"{IN}/properties/v/anyOf/0"), ("undecidable", f"{IN}/properties/v/anyOf/1")},
         id="anyOf-unsure",
     ),
     pytest.param(
         inp(obj({"v": {"type": "string"}})),
         inp(obj({"v": {"oneOf": [STRING, {"type": "string", "maxLength": 3}]}})),
-        {("undecidable", f"{I}/properties/v")},
+        {("undecidable", f"{IN}/properties/v")},
         id="oneOf-overlapping-branches",
     ),
     pytest.param(
         inp(obj({"v": STRING})),
         inp(obj({"v": False})),
-        {("type_narrowed", f"{I}/properties/v")},
+        {("type_narrowed", f"{IN}/properties/v")},
         id="property-became-false",
     ),
     pytest.param(
         inp(obj({"v": {}})),
         inp(obj({"v": {"if": {"type": "string"}, "then": {"minLength": 1}}})),
-        {("undecidable", f"{I}/properties/v/if")},
+        {("undecidable", f"{IN}/properties/v/if")},
         id="if-then-added",
     ),
     pytest.param(
         inp(obj({"v": {"not": STRING}})),
         inp(obj({"v": {"not": NUMBER}})),
-        {("undecidable", f"{I}/properties/v/not")},
+        {("undecidable", f"{IN}/properties/v/not")},
         id="not-changed",
     ),
     pytest.param(
         inp(obj({}, patternProperties={"^x-": STRING})),
         inp(obj({}, patternProperties={"^x-": INTEGER})),
-        {("undecidable", f"{I}/patternProperties")},
+        {("undecidable", f"{IN}/patternProperties")},
         id="pattern-properties-changed",
     ),
     pytest.param(
         inp(obj({"a": STRING, "b": STRING})),
         inp(obj({"a": STRING, "b": STRING}, dependentSchemas={"a": {"required": ["b"]}})),
-        {("undecidable", f"{I}/dependentSchemas")},
+        {("undecidable", f"{IN}/dependentSchemas")},
         id="dependent-schemas-added",
     ),
     # --- output --------------------------------------------------------------------------------
@@ -412,43 +412,43 @@ CASES = [
     pytest.param(
         out(obj({"total": NUMBER, "currency": STRING})),
         out(obj({"total": NUMBER})),
-        {("output_property_removed", f"{O}/properties/currency")},
+        {("output_property_removed", f"{OUT}/properties/currency")},
         id="output-property-removed",
     ),
     pytest.param(
         out(obj({"total": NUMBER}, required=["total"])),
         out(obj({"total": NUMBER})),
-        {("output_property_optional", f"{O}/properties/total")},
+        {("output_property_optional", f"{OUT}/properties/total")},
         id="output-property-made-optional",
     ),
     pytest.param(
         out(obj({"n": INTEGER})),
         out(obj({"n": NUMBER})),
-        {("type_widened", f"{O}/properties/n/type")},
+        {("type_widened", f"{OUT}/properties/n/type")},
         id="output-type-widened",
     ),
     pytest.param(
         out(obj({"c": {"enum": ["a", "b"]}})),
         out(obj({"c": {"enum": ["a", "b", "c"]}})),
-        {("enum_widened", f"{O}/properties/c/enum")},
+        {("enum_widened", f"{OUT}/properties/c/enum")},
         id="output-enum-widened",
     ),
     pytest.param(
         out(obj({"n": {"type": "integer", "maximum": 10}})),
         out(obj({"n": {"type": "integer", "maximum": 20}})),
-        {("bound_loosened", f"{O}/properties/n/maximum")},
+        {("bound_loosened", f"{OUT}/properties/n/maximum")},
         id="output-bound-loosened",
     ),
     pytest.param(
         out(obj({"a": STRING}, additionalProperties=False)),
         out(obj({"a": STRING, "b": STRING}, additionalProperties=False)),
-        {("output_property_added", f"{O}/properties/b")},
+        {("output_property_added", f"{OUT}/properties/b")},
         id="output-closed-object-gains-property",
     ),
     pytest.param(
         out(obj({"v": {"anyOf": [STRING]}})),
         out(obj({"v": {"anyOf": [STRING, INTEGER]}})),
-        {("type_widened", f"{O}/properties/v/anyOf/1")},
+        {("type_widened", f"{OUT}/properties/v/anyOf/1")},
         id="output-anyOf-branch-added",
     ),
     # --- skill fields --------------------------------------------------------------------------
@@ -539,7 +539,7 @@ def test_breaking_change_serialises_as_the_contract_error_item() -> None:
 def test_json_equality_tells_booleans_from_numbers() -> None:
     # In Python True == 1; in JSON they are different values.
     changes = check_compatibility(inp(obj({"v": {"enum": [True]}})), inp(obj({"v": {"enum": [1]}})))
-    assert {(c.kind, c.path) for c in changes} == {("enum_narrowed", f"{I}/properties/v/enum")}
+    assert {(c.kind, c.path) for c in changes} == {("enum_narrowed", f"{IN}/properties/v/enum")}
     assert check_compatibility(inp(obj({"v": {"enum": [1]}})), inp(obj({"v": {"enum": [1.0]}}))) == []
 
 
@@ -669,10 +669,13 @@ def instances(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
         return st.booleans()
     if kind == "array":
         low = schema.get("minItems", 0)
-        if low > schema.get("maxItems", low):
+        items = instances(schema["items"])
+        if low > schema.get("maxItems", low) or (items.is_empty and low > 0):
             return st.nothing()
+        if items.is_empty:
+            return st.just([])
         return st.lists(
-            instances(schema["items"]),
+            items,
             min_size=low,
             max_size=schema.get("maxItems", low + 3),
             unique=bool(schema.get("uniqueItems")),
@@ -693,6 +696,11 @@ def instances(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
         return declared
     extra = st.dictionaries(st.sampled_from(free_names), instances(additional), max_size=2)
     return st.tuples(declared, extra).map(lambda parts: {**parts[1], **parts[0]})
+
+
+def _some(data: st.DataObject, strategy: st.SearchStrategy[Any]) -> list[Any]:
+    # A changed schema can be unsatisfiable (say minimum above maximum): it has no instances.
+    return [] if strategy.is_empty else data.draw(st.lists(strategy, min_size=1, max_size=4))
 
 
 def _subschemas(schema: dict[str, Any]) -> list[dict[str, Any]]:
@@ -734,7 +742,7 @@ def _loosen(draw: Any, node: dict[str, Any]) -> None:
         else:
             node[option] += draw(st.integers(0, 5))
     elif option == "enum":
-        extra = draw(st.sampled_from(ENUM_POOL + ["w"]))
+        extra = draw(st.sampled_from([*ENUM_POOL, "w"]))
         if not any(type(extra) is type(v) and extra == v for v in node["enum"]):
             node["enum"].append(extra)
     elif option == "integer":
@@ -841,7 +849,7 @@ def test_compatible_input_keeps_old_instances_valid(data: st.DataObject) -> None
     if check_compatibility(inp(old), inp(new)):
         return
     old_validator, new_validator = jsonschema_rs.validator_for(old), jsonschema_rs.validator_for(new)
-    for instance in data.draw(st.lists(instances(old), min_size=1, max_size=4)):
+    for instance in _some(data, instances(old)):
         if old_validator.is_valid(instance):
             assert new_validator.is_valid(instance), (old, new, instance)
 
@@ -854,7 +862,7 @@ def test_compatible_output_keeps_new_outputs_within_old_schema(data: st.DataObje
     if check_compatibility(out(old), out(new)):
         return
     old_validator, new_validator = jsonschema_rs.validator_for(old), jsonschema_rs.validator_for(new)
-    for instance in data.draw(st.lists(instances(new), min_size=1, max_size=4)):
+    for instance in _some(data, instances(new)):
         if new_validator.is_valid(instance):
             assert old_validator.is_valid(instance), (old, new, instance)
 
@@ -863,7 +871,7 @@ def test_the_properties_see_both_verdicts() -> None:
     # Guard against a vacuous soundness property: the mutations give compatible and breaking pairs.
     verdicts = []
 
-    @settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=100, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
     @given(st.data())
     def collect(data: st.DataObject) -> None:
         old = data.draw(object_schemas())
@@ -871,4 +879,4 @@ def test_the_properties_see_both_verdicts() -> None:
         verdicts.append(not check_compatibility(inp(old), inp(new)))
 
     collect()
-    assert verdicts.count(True) >= 15 and verdicts.count(False) >= 15
+    assert verdicts.count(True) >= 10 and verdicts.count(False) >= 10

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -100,7 +102,7 @@ SPEC_CHAIN = [
 
 def test_precedence_follows_the_semver_spec_example() -> None:
     versions = [V(text) for text in SPEC_CHAIN]
-    for lower, higher in zip(versions, versions[1:]):
+    for lower, higher in itertools.pairwise(versions):
         assert lower < higher and higher > lower and lower <= higher and not higher <= lower
         assert lower.sort_key() < higher.sort_key()
     assert sorted(reversed(versions)) == versions
