@@ -38,8 +38,10 @@ def trace_middleware(app: ASGIApp) -> ASGIApp:
 
         async def send_with_trace(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message.setdefault("headers", [])
-                message["headers"] = [*message["headers"], (b"x-trace-id", trace_id.encode())]
+                headers = list(message.get("headers") or [])
+                if not any(name.lower() == b"x-trace-id" for name, _ in headers):  # problem responses set it
+                    headers.append((b"x-trace-id", trace_id.encode()))
+                message["headers"] = headers
             await send(message)
 
         await app(scope, receive, send_with_trace)

@@ -188,6 +188,9 @@ def handle_exception(request: Request, exc: Exception) -> Response:
         return problem_response(request, exc)
     if isinstance(exc, HTTPException):
         return problem_response(request, _from_http_exception(exc))
+    if isinstance(exc, RecursionError):
+        # msgspec gives up on JSON nested deeper than the interpreter's recursion limit.
+        return problem_response(request, invalid_request("request body nests too deeply"))
     if isinstance(exc, _UNAVAILABLE) or isinstance(exc, asyncpg.exceptions.PostgresConnectionError):
         log.warning("database unavailable: %r", exc)
         return problem_response(

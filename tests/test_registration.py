@@ -175,3 +175,11 @@ async def test_concurrent_identical_registrations_publish_once(client, mint, ten
     )
     assert sorted(r.status_code for r in responses) == [200] * 5 + [201]
     assert await count_rows(db, "capability_versions", tenant=tenant) == 2
+
+
+async def test_body_nested_ten_thousand_deep_is_400_not_500(client, mint, tenant, db):
+    headers = {**mint(tenant, "a", "registry:publish"), "Content-Type": "application/json"}
+    deep = b'{"name": ' + b"[" * 10_000 + b"]" * 10_000 + b"}"
+    response = await client.put(f"/v1/agents/{tenant}/billing-agent", content=deep, headers=headers)
+    assert response.status_code == 400 and response.json()["code"] == "invalid_request"
+    assert await snapshot(db, tenant) == (0, 0, 0, 0)
