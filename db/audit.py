@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import asyncpg
+import msgspec
 
-from registry.audit import AuditEvent, AuditRecord, event_hash
+from registry.audit import GENESIS_HASH, AuditEvent, AuditRecord, event_hash
 
 AUDIT_COLUMNS = (
     "seq, at, tenant, actor_tenant, type, actor, on_behalf_of, ref, scopes, outcome, reason, trace_id, prev_hash, hash"
@@ -51,18 +52,93 @@ def _record(row: asyncpg.Record) -> AuditRecord:
     return AuditRecord(**dict(row))
 
 
-async def iter_all(conn: asyncpg.Connection, batch: int = 5000):
-    """Every event in seq order, in batches (for chain verification)."""
-    after = 0
+async def iter_all(conn: asyncpg.Connection, batch: int = 5000, *, after: int = 0, upto: int | None = None):
+    """Every event with `after` < seq <= `upto` (default: to the end) in seq order, fetched in keyset
+    batches so that memory stays constant however long the log is (chain verification)."""
+    upto = upto if upto is not None else 2**63 - 1
     while True:
         rows = await conn.fetch(
-            f"SELECT {AUDIT_COLUMNS} FROM audit_events WHERE seq > $1 ORDER BY seq LIMIT $2", after, batch
+            f"SELECT {AUDIT_COLUMNS} FROM audit_events WHERE seq > $1 AND seq <= $2 ORDER BY seq LIMIT $3",
+            after, upto, batch,
         )
         if not rows:
             return
         for row in rows:
             yield _record(row)
         after = rows[-1]["seq"]
+
+
+class EventFilter(msgspec.Struct, kw_only=True):
+    """What an auditor asked for; None means "any". `actor_tenant` narrows `actor` to one tenant."""
+
+    type: str | None = None
+    actor: str | None = None
+    actor_tenant: str | None = None
+    skill: str | None = None
+    scope: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+async def tenant_events(
+    conn: asyncpg.Connection | asyncpg.Pool,
+    tenant: str,
+    where: EventFilter,
+    *,
+    after: int = 0,
+    upto: int | None = None,
+    limit: int = 100,
+) -> list[AuditRecord]:
+    """One keyset page (seq > `after`, oldest first) of the events a tenant's auditors see: those
+    whose record tenant or whose actor's tenant is `tenant`.
+
+    Two branches, one per tenant column, so each walks its own (column, [filter,] seq) index in seq
+    order and stops after `limit` rows; the second skips rows the first already has.
+    """
+    params: list[object] = [tenant]
+
+    def bind(value: object) -> str:
+        params.append(value)
+        return f"${len(params)}"
+
+    filters = [f"seq > {bind(after)}"]
+    if upto is not None:
+        filters.append(f"seq <= {bind(upto)}")
+    if where.type is not None:
+        filters.append(f"type = {bind(where.type)}")
+    if where.actor is not None:
+        filters.append(f"actor = {bind(where.actor)}")
+    if where.actor_tenant is not None:
+        filters.append(f"actor_tenant = {bind(where.actor_tenant)}")
+    if where.skill is not None:
+        # The same expression as the audit_events_*_skill indexes (migration 0003), so they apply.
+        filters.append(f"audit_ref_skill(ref) = {bind(where.skill)}")
+    if where.scope is not None:
+        filters.append(f"{bind(where.scope)} = ANY (scopes)")
+    if where.since is not None:
+        filters.append(f"at >= {bind(where.since)}")
+    if where.until is not None:
+        filters.append(f"at < {bind(where.until)}")
+    condition = " AND ".join(filters)
+    n = bind(limit)
+    rows = await conn.fetch(
+        f"""SELECT {AUDIT_COLUMNS} FROM (
+                (SELECT {AUDIT_COLUMNS} FROM audit_events
+                  WHERE tenant = $1 AND {condition} ORDER BY seq LIMIT {n})
+                UNION ALL
+                (SELECT {AUDIT_COLUMNS} FROM audit_events
+                  WHERE actor_tenant = $1 AND tenant IS DISTINCT FROM $1 AND {condition} ORDER BY seq LIMIT {n})
+            ) visible ORDER BY seq LIMIT {n}""",
+        *params,
+    )
+    return [_record(row) for row in rows]
+
+
+async def hash_at(conn: asyncpg.Connection | asyncpg.Pool, seq: int) -> str | None:
+    """The stored hash of the event at `seq` (the genesis hash for 0), or None if there is none."""
+    if seq == 0:
+        return GENESIS_HASH
+    return await conn.fetchval("SELECT hash FROM audit_events WHERE seq = $1", seq)
 
 
 async def head(conn: asyncpg.Connection | asyncpg.Pool) -> tuple[int, str]:

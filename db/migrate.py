@@ -33,11 +33,13 @@ async def apply_migrations(conn: asyncpg.Connection) -> list[str]:
     """Apply pending migrations; returns the names applied. Refuses if an applied file changed."""
     await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK)
     try:
-        await conn.execute(
-            """CREATE TABLE IF NOT EXISTS schema_migrations (
-                   version integer PRIMARY KEY, name text NOT NULL, sha256 text NOT NULL,
-                   applied_at timestamptz NOT NULL DEFAULT now())"""
-        )
+        # Checked first: the application's database role may lack CREATE (README, "Production database roles").
+        if not await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL"):
+            await conn.execute(
+                """CREATE TABLE IF NOT EXISTS schema_migrations (
+                       version integer PRIMARY KEY, name text NOT NULL, sha256 text NOT NULL,
+                       applied_at timestamptz NOT NULL DEFAULT now())"""
+            )
         applied = {
             row["version"]: row
             for row in await conn.fetch("SELECT version, name, sha256 FROM schema_migrations")

@@ -86,9 +86,11 @@ def create_app(settings: Settings | None = None) -> Litestar:
             registry = Registry(settings, pool, keyring, watcher)
             app.state.registry = registry
             _pool_gauges.registry = registry
+            checkpoints = audit.start_checkpoints(registry)
             try:
                 yield
             finally:
+                await audit.stop_checkpoints(checkpoints)
                 await watcher.stop()
         finally:
             await pool.close()

@@ -1,4 +1,4 @@
-"""The `capreg` command: serve, migrate, token mint, keys rotate, register, audit verify, openapi."""
+"""The `capreg` command: serve, migrate, token mint, keys rotate, register, audit verify|checkpoint, openapi."""
 
 from __future__ import annotations
 
@@ -113,14 +113,16 @@ def cmd_token_mint(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_keys_rotate(args: argparse.Namespace, settings: Settings) -> int:
     from auth.keys import rotate_key
 
-    # The old key keeps verifying for as long as anything it signed can still be live.
-    keep = timedelta(seconds=max(settings.ticket_max_ttl, args.keep_seconds))
+    # The old key stays published for --keep-seconds (caller tokens it signed) and, whatever that is,
+    # until the last ticket it signed has expired: the database knows those (db/keys.py), exactly.
+    keep = timedelta(seconds=max(0, args.keep_seconds))
 
     async def work(conn):
         return await rotate_key(conn, keep)
 
     kid = asyncio.run(_with_database(settings, work))
-    print(f"new signing key {kid}; the previous key stays in the JWKS for {int(keep.total_seconds())} s")
+    print(f"new signing key {kid}; the previous key stays in the JWKS for at least {int(keep.total_seconds())} s "
+          "and until the last ticket it signed has expired")
     return 0
 
 
@@ -140,18 +142,47 @@ def cmd_register(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_audit_verify(args: argparse.Namespace, settings: Settings) -> int:
-    from db.audit import iter_all
-    from registry.audit import verify_chain
+    """Exit 0: intact. 1: tampered (the first bad seq is named). 2: could not check (e.g. a bad file)."""
+    from db.checkpoints import every_public_key
+    from registry.audit_chain import verify_stored_chain
+    from registry.checkpoints import Checkpoint, jwks_keys
+
+    try:
+        external = [msgspec.json.decode(Path(f).read_bytes(), type=Checkpoint) for f in args.checkpoint]
+    except (OSError, msgspec.DecodeError) as exc:
+        print(f"cannot read checkpoint file: {exc}", file=sys.stderr)
+        return 2
 
     async def work(conn):
-        records = [record async for record in iter_all(conn)]
-        return len(records), verify_chain(records)
+        keys = jwks_keys(await every_public_key(conn))
+        return await verify_stored_chain(conn, keys, external=external)
 
-    count, broken = asyncio.run(_with_database(settings, work))
-    if broken is not None:
-        print(f"audit chain broken at seq {broken.seq}: {broken.problem}")
+    try:
+        report = asyncio.run(_with_database(settings, work))
+    except Exception as exc:  # exit 1 means tampered: an unreachable database must not look like that
+        print(f"cannot check the audit log: {exc!r}", file=sys.stderr)
+        return 2
+    if report.breach is not None:
+        print(f"audit chain broken at seq {report.breach.seq}: {report.breach.problem}")
         return 1
-    print(f"audit chain intact: {count} events")
+    against = ", ".join(str(seq) for seq in report.checkpoints) or "none yet"
+    print(f"audit chain intact: {report.events} events, head seq {report.head_seq}; signed checkpoints matched: {against}")
+    return 0
+
+
+def cmd_audit_checkpoint(args: argparse.Namespace, settings: Settings) -> int:
+    from auth.keys import load_keyring
+    from registry.audit_chain import ChainBroken, make_checkpoint
+
+    async def work(conn):
+        return await make_checkpoint(conn, await load_keyring(conn), settings.issuer)
+
+    try:
+        checkpoint = asyncio.run(_with_database(settings, work))
+    except ChainBroken as exc:
+        print(f"no checkpoint signed: {exc}")
+        return 1
+    print(msgspec.json.encode(checkpoint).decode())
     return 0
 
 
@@ -203,7 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     keys = commands.add_parser("keys", help="signing keys").add_subparsers(dest="keys_command", required=True)
     rotate = keys.add_parser("rotate", help="make a new signing key current")
     rotate.add_argument("--keep-seconds", type=int, default=3600,
-                        help="keep the previous key published at least this long (default 3600)")
+                        help="keep the previous key published at least this long, for the caller tokens it "
+                             "signed (default 3600); it also stays until the last ticket it signed has expired")
     rotate.set_defaults(run=cmd_keys_rotate)
 
     register = commands.add_parser("register", help="register an agent card file (CAPREG_URL, CAPREG_TOKEN)")
@@ -213,8 +245,12 @@ def build_parser() -> argparse.ArgumentParser:
     register.set_defaults(run=cmd_register)
 
     audit = commands.add_parser("audit", help="audit log").add_subparsers(dest="audit_command", required=True)
-    audit.add_parser("verify", help="recompute the hash chain; non-zero exit names the first bad seq").set_defaults(
-        run=cmd_audit_verify
+    verify = audit.add_parser("verify", help="recompute the hash chain; non-zero exit names the first bad seq")
+    verify.add_argument("--checkpoint", action="append", default=[], metavar="FILE",
+                        help="also check against a signed checkpoint kept outside the database (repeatable)")
+    verify.set_defaults(run=cmd_audit_verify)
+    audit.add_parser("checkpoint", help="sign the chain head now; prints the checkpoint").set_defaults(
+        run=cmd_audit_checkpoint
     )
 
     openapi = commands.add_parser("openapi", help="write (or --check) openapi/openapi.json")

@@ -31,6 +31,7 @@ class Settings(msgspec.Struct, kw_only=True):
     port: int = 8080
     pool_min: int = 2
     pool_max: int = 10
+    checkpoint_interval: int = 300  # seconds between signed audit checkpoints; 0 disables
 
 
 def _int(env: dict[str, str], name: str, default: int) -> int:
@@ -68,4 +69,5 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         port=_int(env, "CAPREG_PORT", 8080),
         pool_min=_int(env, "CAPREG_POOL_MIN", 2),
         pool_max=_int(env, "CAPREG_POOL_MAX", 10),
+        checkpoint_interval=_int(env, "CAPREG_CHECKPOINT_INTERVAL", 300),
     )

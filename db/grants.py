@@ -1,0 +1,72 @@
+"""The grant report: who holds which scopes on which capabilities through delegation tickets (read-only
+queries on tickets, migration 0002, joined with capability_versions)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import asyncpg
+
+GRANT_COLUMNS = (
+    "t.jti, t.parent_jti, t.ref, t.audience, t.actor, t.on_behalf_of, t.scopes, t.resources, t.depth, "
+    "t.max_depth, t.issued_at, t.expires_at, t.act"
+)
+
+# Live: unexpired, unrevoked, capability version not retired, and no ancestor revoked or expired.
+# (Revocation also revokes descendants; the ancestor walk keeps the report right even if a child was
+# minted past that, and costs at most maxDepth lookups by primary key.)
+LIVE = """(t.revoked_at IS NULL AND t.expires_at > now() AND cv.status <> 'retired'
+           AND NOT EXISTS (
+               WITH RECURSIVE ancestors AS (
+                   SELECT p.jti, p.parent_jti, p.revoked_at, p.expires_at FROM tickets p WHERE p.jti = t.parent_jti
+                   UNION ALL
+                   SELECT p.jti, p.parent_jti, p.revoked_at, p.expires_at
+                     FROM tickets p JOIN ancestors a ON p.jti = a.parent_jti
+               )
+               SELECT 1 FROM ancestors WHERE revoked_at IS NOT NULL OR expires_at <= now()))"""
+
+
+async def tenant_grants(
+    conn: asyncpg.Connection | asyncpg.Pool,
+    *,
+    viewer_tenant: str,
+    active: bool | None = True,
+    actor: str | None = None,
+    skill: str | None = None,
+    scope: str | None = None,
+    after: tuple[datetime, str] | None = None,
+    limit: int = 100,
+) -> list[asyncpg.Record]:
+    """One page, in (issued_at, jti) order, of tickets whose capability tenant or minting caller's
+    tenant is `viewer_tenant`, each with `active`.
+
+    `active` True keeps live grants, False the others (expired, revoked, retired), None both. `actor` is
+    a principal `tenant/sub` or a bare `sub` in any tenant.
+    """
+    params: list[object] = [viewer_tenant]
+
+    def bind(value: object) -> str:
+        params.append(value)
+        return f"${len(params)}"
+
+    filters = ["(t.tenant = $1 OR t.actor_tenant = $1)"]
+    if active is not None:
+        filters.append(LIVE if active else f"NOT {LIVE}")
+    if actor is not None:
+        filters.append(f"t.actor = {bind(actor)}" if "/" in actor else f"split_part(t.actor, '/', 2) = {bind(actor)}")
+    if skill is not None:
+        filters.append(f"t.skill_id = {bind(skill)}")
+    if scope is not None:
+        filters.append(f"{bind(scope)} = ANY (t.scopes)")
+    if after is not None:
+        filters.append(f"(t.issued_at, t.jti) > ({bind(after[0])}, {bind(after[1])})")
+    return await conn.fetch(
+        f"""SELECT {GRANT_COLUMNS}, {LIVE} AS active
+              FROM tickets t
+              JOIN capability_versions cv ON cv.tenant = t.tenant AND cv.agent_id = t.agent_id
+                                         AND cv.skill_id = t.skill_id AND cv.version = t.version
+             WHERE {" AND ".join(filters)}
+             ORDER BY t.issued_at, t.jti
+             LIMIT {bind(limit)}""",
+        *params,
+    )

@@ -1,0 +1,233 @@
+"""GET /v1/audit/events (filters, pagination, NDJSON export, tenant isolation) and signed checkpoints
+(GET /v1/audit/checkpoints/latest, verified with nothing but the JWKS; `capreg audit checkpoint`)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import datetime, timedelta, timezone
+
+import jwt
+import msgspec
+import pytest
+
+from db.audit import append_events, hash_at
+from registry.audit import AuditEvent, AuditRecord, record_hash
+from registry.checkpoints import Checkpoint, CheckpointInvalid, jwks_keys, verify_checkpoint
+from tests.audit_support import capreg_cli
+from tests.conftest import example
+
+BILLING = example("billing-agent.json")
+FIELDS = {"seq", "at", "tenant", "actorTenant", "type", "actor", "onBehalfOf", "ref", "scopes", "outcome",
+          "reason", "traceId", "hash", "prevHash"}
+
+
+async def register(client, mint, tenant: str, agent_id: str = "billing-agent", body: dict | None = None) -> None:
+    response = await client.put(
+        f"/v1/agents/{tenant}/{agent_id}", json=body or BILLING, headers=mint(tenant, "billing-agent", "registry:publish")
+    )
+    assert response.status_code in (200, 201), response.text
+
+
+async def events(client, headers, **params) -> list[dict]:
+    response = await client.get("/v1/audit/events", params={"limit": 1000, **params}, headers=headers)
+    assert response.status_code == 200, response.text
+    return response.json()["items"]
+
+
+async def test_auditor_sees_own_tenant_events_with_every_field(client, mint, tenant):
+    await register(client, mint, tenant)
+    auditor = mint(tenant, "sec-team", "audit:read")
+    response = await client.get("/v1/audit/events", headers=auditor)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert set(body) == {"items", "nextCursor"} and body["nextCursor"] is None
+    items = body["items"]
+    assert [i["type"] for i in items] == ["agent.registered", "version.published", "version.published"]
+    for item in items:
+        assert set(item) == FIELDS
+        assert item["tenant"] == tenant and item["actorTenant"] == tenant and item["actor"] == "billing-agent"
+        assert item["outcome"] == "allowed" and len(item["hash"]) == 64 and len(item["prevHash"]) == 64
+        assert datetime.fromisoformat(item["at"]).tzinfo is not None
+        # The hash covers exactly the fields shown: recomputing it from them gives it back.
+        assert record_hash(msgspec.convert(item, AuditRecord)) == item["hash"]
+    assert [i["seq"] for i in items] == sorted(i["seq"] for i in items)
+    published = [i for i in items if i["type"] == "version.published"]
+    assert {i["ref"] for i in published} == {
+        f"{tenant}/billing-agent/invoice.lookup@2.0.0", f"{tenant}/billing-agent/invoice.mark-paid@1.1.0"
+    }
+    assert next(i for i in published if "invoice.lookup" in i["ref"])["scopes"] == ["invoice:read"]
+
+
+async def test_audit_needs_audit_read_and_shows_only_own_tenant(client, mint, tenant, other_tenant):
+    await register(client, mint, tenant)
+    no_scope = await client.get("/v1/audit/events", headers=mint(tenant, "dev", "registry:read registry:admin"))
+    assert no_scope.status_code == 403 and no_scope.json()["code"] == "insufficient_scope"
+    assert no_scope.json()["missingScopes"] == ["audit:read"]
+    anonymous = await client.get("/v1/audit/events")
+    assert anonymous.status_code == 401 and anonymous.json()["code"] == "invalid_token"
+    assert (await client.get("/v1/audit/grants")).status_code == 401
+
+    stranger = await events(client, mint(other_tenant, "sec-team", "audit:read"))
+    assert all(other_tenant in (i["tenant"], i["actorTenant"]) for i in stranger)
+    assert not any(tenant in (i["tenant"], i["actorTenant"]) for i in stranger)
+
+
+async def test_events_of_the_tenants_callers_on_other_tenants_records_are_visible_to_both(
+    client, mint, tenant, other_tenant, db
+):
+    """`tenant` is the record's tenant, `actorTenant` the caller's: auditors of either see the event."""
+    async with db.acquire() as conn, conn.transaction():
+        await append_events(conn, [AuditEvent(
+            type="detail.denied", outcome="denied", tenant=other_tenant, actor_tenant=tenant, actor="router",
+            ref=f"{other_tenant}/ledger/ledger.post@1.0.0", scopes=["ledger:write"], reason="insufficient_scope",
+        )])
+    ours = await events(client, mint(tenant, "sec", "audit:read"), type="detail.denied")
+    theirs = await events(client, mint(other_tenant, "sec", "audit:read"), type="detail.denied")
+    assert ours == theirs and len(ours) == 1
+    assert ours[0]["reason"] == "insufficient_scope" and ours[0]["outcome"] == "denied"
+    assert await events(client, mint("x" + tenant, "sec", "audit:read"), type="detail.denied") == []
+
+
+async def test_filters_by_type_actor_skill_scope_and_time(client, mint, tenant):
+    await register(client, mint, tenant)
+    auditor = mint(tenant, "sec-team", "audit:read")
+    everything = await events(client, auditor)
+
+    assert [i["type"] for i in await events(client, auditor, type="agent.registered")] == ["agent.registered"]
+    lookups = await events(client, auditor, skill="invoice.lookup")
+    assert [i["ref"] for i in lookups] == [f"{tenant}/billing-agent/invoice.lookup@2.0.0"]
+    assert [i["ref"] for i in await events(client, auditor, scope="invoice:read")] == [lookups[0]["ref"]]
+    assert await events(client, auditor, skill="invoice.lookup", type="agent.registered") == []
+
+    assert await events(client, auditor, actor="billing-agent") == everything
+    assert await events(client, auditor, actor=f"{tenant}/billing-agent") == everything
+    assert await events(client, auditor, actor="someone-else") == []
+    assert await events(client, auditor, actor=f"x{tenant}/billing-agent") == []
+
+    first = datetime.fromisoformat(everything[0]["at"])
+    since = (first - timedelta(seconds=5)).isoformat().replace("+00:00", "Z")
+    until = (first + timedelta(minutes=5)).isoformat()
+    assert await events(client, auditor, since=since, until=until) == everything
+    assert await events(client, auditor, since=until) == []
+    assert await events(client, auditor, until=since) == []
+    # `until` is exclusive, `since` inclusive.
+    assert await events(client, auditor, until=everything[0]["at"]) == []
+    assert await events(client, auditor, since=everything[-1]["at"]) != []
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"since": "yesterday"}, {"since": "2026-01-01"}, {"since": "2026-01-01T00:00:00"},
+        {"until": "2026-13-01T00:00:00Z"}, {"since": "2026-02-01T00:00:00Z", "until": "2026-01-01T00:00:00Z"},
+        {"limit": "1001"}, {"limit": "0"}, {"cursor": "not-a-cursor"}, {"skill": "Not A Skill!"},
+    ],
+)
+async def test_bad_parameters_are_400(client, mint, tenant, params):
+    response = await client.get("/v1/audit/events", params=params, headers=mint(tenant, "sec", "audit:read"))
+    assert response.status_code == 400, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert response.json()["code"] == "invalid_request"
+
+
+async def test_pages_walk_oldest_first_by_cursor(client, mint, tenant):
+    for minor in range(3):
+        body = copy.deepcopy(BILLING)
+        body["skills"][0]["version"] = f"2.{minor}.0"
+        await register(client, mint, tenant, body=body)
+    auditor = mint(tenant, "sec", "audit:read")
+    everything = await events(client, auditor)
+    assert len(everything) == 1 + 2 + 2  # agent.registered, the two first versions, two minor versions
+
+    walked, cursor, pages = [], None, 0
+    while True:
+        params = {"limit": 2, **({"cursor": cursor} if cursor else {})}
+        page = (await client.get("/v1/audit/events", params=params, headers=auditor)).json()
+        walked += page["items"]
+        pages += 1
+        cursor = page["nextCursor"]
+        if cursor is None:
+            break
+    assert walked == everything and pages == 3
+
+
+async def test_ndjson_export_streams_the_whole_filtered_result(client, mint, tenant, other_tenant):
+    await register(client, mint, tenant)
+    await register(client, mint, other_tenant)
+    auditor = mint(tenant, "sec", "audit:read")
+    expected = await events(client, auditor)
+    response = await client.get(
+        "/v1/audit/events", params={"limit": 1, "cursor": "ignored"},
+        headers={**auditor, "Accept": "application/x-ndjson"},
+    )
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/x-ndjson")
+    lines = response.text.splitlines()
+    assert [json.loads(line) for line in lines] == expected
+
+    filtered = await client.get("/v1/audit/events", params={"type": "version.published"},
+                                headers={**auditor, "Accept": "application/x-ndjson"})
+    assert [json.loads(line)["type"] for line in filtered.text.splitlines()] == ["version.published"] * 2
+
+    refused = await client.get("/v1/audit/events", headers={**mint(tenant, "dev", "registry:read"), "Accept": "application/x-ndjson"})
+    assert refused.status_code == 403 and refused.json()["code"] == "insufficient_scope"
+
+
+async def _jwks(client) -> dict:
+    return (await client.get("/.well-known/jwks.json")).json()
+
+
+def verify_with_jwks_only(checkpoint: dict, jwks: dict) -> dict:
+    """What docs/audit.md tells a security engineer to do, with plain PyJWT."""
+    header = jwt.get_unverified_header(checkpoint["signature"])
+    assert header["typ"] == "capreg-checkpoint+jwt" and header["alg"] == "EdDSA"
+    key = next(k for k in jwks["keys"] if k["kid"] == header["kid"])
+    claims = jwt.decode(checkpoint["signature"], jwt.PyJWK(key).key, algorithms=["EdDSA"])
+    assert (claims["seq"], claims["hash"], claims["at"]) == (checkpoint["seq"], checkpoint["hash"], checkpoint["at"])
+    return claims
+
+
+async def test_latest_checkpoint_is_public_and_verifies_with_the_jwks(client, db):
+    response = await client.get("/v1/audit/checkpoints/latest")
+    assert response.status_code == 200, response.text
+    checkpoint = response.json()
+    assert set(checkpoint) == {"seq", "hash", "at", "signature", "kid"}
+    verify_with_jwks_only(checkpoint, await _jwks(client))
+    assert await hash_at(db, checkpoint["seq"]) == checkpoint["hash"]
+
+
+async def test_checkpoints_show_the_log_only_grew(client, mint, tenant, db, database_url, tmp_path):
+    earlier = (await client.get("/v1/audit/checkpoints/latest")).json()
+    await register(client, mint, tenant)
+
+    made = capreg_cli(database_url, "audit", "checkpoint", home=tmp_path)
+    assert made.returncode == 0, made.stderr
+    later = (await client.get("/v1/audit/checkpoints/latest")).json()
+    assert later == json.loads(made.stdout)
+    jwks = await _jwks(client)
+    verify_with_jwks_only(later, jwks)
+    assert later["seq"] > earlier["seq"]
+    # The earlier head is still in the log, unchanged: the log grew, nothing was rewritten.
+    assert await hash_at(db, earlier["seq"]) == earlier["hash"]
+
+    kept = tmp_path / "earlier-checkpoint.json"
+    kept.write_text(json.dumps(earlier))
+    verified = capreg_cli(database_url, "audit", "verify", "--checkpoint", str(kept), home=tmp_path)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "intact" in verified.stdout and str(earlier["seq"]) in verified.stdout
+
+
+async def test_a_checkpoint_with_changed_fields_or_another_token_type_does_not_verify(client, mint, tenant):
+    checkpoint = msgspec.convert((await client.get("/v1/audit/checkpoints/latest")).json(), Checkpoint)
+    keys = jwks_keys(await _jwks(client))
+    verify_checkpoint(checkpoint, keys)
+    for forged in (
+        msgspec.structs.replace(checkpoint, seq=checkpoint.seq + 1),
+        msgspec.structs.replace(checkpoint, hash="0" * 64),
+        msgspec.structs.replace(checkpoint, at="2000-01-01T00:00:00.000000Z"),
+        # A caller token signed by the same key is not a checkpoint.
+        msgspec.structs.replace(checkpoint, signature=mint(tenant, "x", "audit:read")["Authorization"].split()[1]),
+    ):
+        with pytest.raises(CheckpointInvalid):
+            verify_checkpoint(forged, keys)
