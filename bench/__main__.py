@@ -267,10 +267,11 @@ class Capreg:
             parts = urlsplit(self.server_url)
             self.env["DATABASE_URL"] = urlunsplit(parts._replace(path="/" + self.database))
         log = self.home / "serve.log"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "registry.cli", "serve", "--port", str(self.port), "--workers", str(self.workers)],
-            env=self.env, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT,
-        )
+        with log.open("w") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "registry.cli", "serve", "--port", str(self.port), "--workers", str(self.workers)],
+                env=self.env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+            )
         wait_ready(f"{self.base}/readyz", self.process, log)
 
     def stop(self) -> None:
@@ -278,15 +279,22 @@ class Capreg:
         if self.database:
             asyncio.run(self._admin(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)'))
 
-    def mint(self, tenant: str, sub: str, scopes: list[str], regions: list[str] | None = None) -> str:
-        args = [sys.executable, "-m", "registry.cli", "token", "mint", "--tenant", tenant, "--sub", sub,
-                "--scope", " ".join(scopes), "--ttl", "86400"]
-        if regions:
-            args += ["--regions", ",".join(regions)]
-        out = subprocess.run(args, env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=120)
-        if out.returncode != 0:
-            raise SystemExit(f"capreg token mint failed: {out.stderr}")
-        return out.stdout.strip()
+    def mint(self, requests: dict[str, tuple[str, str, list[str], list[str] | None]]) -> dict[str, str]:
+        """Tokens from `capreg token mint` (name -> (tenant, sub, scopes, regions)), minted in parallel."""
+        procs = {}
+        for name, (tenant, sub, scopes, regions) in requests.items():
+            args = [sys.executable, "-m", "registry.cli", "token", "mint", "--tenant", tenant, "--sub", sub,
+                    "--scope", " ".join(scopes), "--ttl", "86400"]
+            if regions:
+                args += ["--regions", ",".join(regions)]
+            procs[name] = subprocess.Popen(args, env=self.env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        tokens = {}
+        for name, proc in procs.items():
+            out, err = proc.communicate(timeout=120)
+            if proc.returncode != 0:
+                raise SystemExit(f"capreg token mint failed: {err}")
+            tokens[name] = out.strip()
+        return tokens
 
     def dsn(self) -> tuple[str, object]:
         if self.database:
@@ -377,10 +385,11 @@ def main(argv: list[str] | None = None) -> int:
         # -- baseline
         bport = free_port()
         blog = home / "baseline.log"
-        baseline_proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.baseline", "--port", str(bport), "--workers", str(args.workers)],
-            cwd=ROOT, stdout=blog.open("w"), stderr=subprocess.STDOUT,
-        )
+        with blog.open("w") as out:
+            baseline_proc = subprocess.Popen(
+                [sys.executable, "-m", "bench.baseline", "--port", str(bport), "--workers", str(args.workers)],
+                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+            )
         wait_ready(f"http://127.0.0.1:{bport}/baseline", baseline_proc, blog)
         job = {"host": "127.0.0.1", "port": bport, "connections": args.connections, "duration": args.duration,
                "warmup": warmup, "requests": [{"method": "GET", "path": "/baseline"}]}
@@ -395,8 +404,10 @@ def main(argv: list[str] | None = None) -> int:
         pid = registry.process.pid
         base = registry.base
         scopes = sorted({f"{n}:{m}" for ns in data.DOMAINS.values() for n in ns for m in ("read", "write")})
-        publishers = {t: registry.mint(t, "bench-publisher", ["registry:publish", "registry:read"]) for t in data.TENANTS}
-        reader = registry.mint("acme", "bench-router", ["registry:read", *scopes], regions=data.REGIONS)
+        tokens = registry.mint({"reader": ("acme", "bench-router", ["registry:read", *scopes], data.REGIONS)}
+                               | {t: (t, "bench-publisher", ["registry:publish", "registry:read"], None) for t in data.TENANTS})
+        reader = tokens.pop("reader")
+        publishers = tokens
         print(f"capreg up at {base} ({time.monotonic() - started:.0f}s); loading {args.agents} agents", flush=True)
 
         load = {"host": "127.0.0.1", "port": registry.port, "connections": args.writers, "duration": 24 * 3600,

@@ -19,6 +19,9 @@ DETAIL_COLUMNS = PUBLIC_COLUMNS + ", c.examples, c.input_schema, c.output_schema
 # Discovery and cards show what is in force now: not retired, and effective.
 IN_FORCE = "c.status <> 'retired' AND (c.effective_at IS NULL OR c.effective_at <= now())"
 VISIBLE_TO = "(a.visibility = 'public' OR a.tenant = {t} OR {t} = ANY (a.shared_with))"
+# When the agent's health would next change by itself: its last live lease lapsing (cached pages end there).
+LEASE_UNTIL_SQL = """(SELECT max(i.expires_at) FROM agent_instances i
+                        WHERE i.tenant = a.tenant AND i.agent_id = a.agent_id AND i.expires_at > now())"""
 
 
 async def content_hashes(conn: asyncpg.Connection, tenant: str, agent_id: str) -> dict[tuple[str, str], str]:
@@ -110,20 +113,23 @@ async def discover(
         params.append(value)
         return f"${len(params)}"
 
-    key_filters = [IN_FORCE]
-    if viewer_tenant is None:
-        key_filters.append("a.visibility = 'public'")
-    else:
-        key_filters.append(VISIBLE_TO.format(t=bind(viewer_tenant)))
+    # Filters on the (tenant, agent, skill) key: applied before the latest version is chosen.
+    agent_filters = []
     if tenant is not None:
-        key_filters.append(f"c.tenant = {bind(tenant)}")
+        agent_filters.append(f"a.tenant = {bind(tenant)}")
     if agent is not None:
-        key_filters.append(f"c.agent_id = {bind(agent)}")
+        agent_filters.append(f"a.agent_id = {bind(agent)}")
+    # Visibility is per agent.
+    if viewer_tenant is None:
+        agent_filters.append("a.visibility = 'public'")
+    else:
+        agent_filters.append(VISIBLE_TO.format(t=bind(viewer_tenant)))
+    version_filters = [IN_FORCE]
     if skill is not None:
         if skill.endswith("*"):
-            key_filters.append(f"c.skill_id LIKE {bind(_like_escape(skill[:-1]) + '%')}")
+            version_filters.append(f"c.skill_id LIKE {bind(_like_escape(skill[:-1]) + '%')}")
         else:
-            key_filters.append(f"c.skill_id = {bind(skill)}")
+            version_filters.append(f"c.skill_id = {bind(skill)}")
 
     content_filters = []
     if q:
@@ -137,35 +143,39 @@ async def discover(
     if status is not None:
         content_filters.append(f"c.status = {bind(status)}")
 
+    # Both shapes walk agents in primary-key order and, per agent, its versions through an index
+    # in page order (capability_versions_order, capability_versions_all_order), so a page stops
+    # after `limit` matches instead of sorting every visible capability. The LATERAL form pins that
+    # plan: with a plain join the planner misjudges the two-column join and sorts everything
+    # (see docs/performance.md for the plans).
+    if after is not None:
+        k = [bind(part) for part in after[:3]]
+        agent_filters.append(f"(a.tenant, a.agent_id) >= ({k[0]}, {k[1]})")
+        if latest_only:
+            content_filters.append(f"(a.tenant, a.agent_id, c.skill_id) > ({k[0]}, {k[1]}, {k[2]})")
+        else:
+            content_filters.append(
+                f"((a.tenant, a.agent_id, c.skill_id) > ({k[0]}, {k[1]}, {k[2]})"
+                f" OR ((a.tenant, a.agent_id, c.skill_id) = ({k[0]}, {k[1]}, {k[2]}) AND c.version_key < {bind(after[3])}))"
+            )
     if latest_only:
-        if after is not None:
-            key_filters.append(f"(c.tenant, c.agent_id, c.skill_id) > ({bind(after[0])}, {bind(after[1])}, {bind(after[2])})")
-        outer = " AND ".join(content_filters) or "TRUE"
-        sql = f"""
-            WITH latest AS (
-                SELECT DISTINCT ON (c.tenant, c.agent_id, c.skill_id) {PUBLIC_COLUMNS}, c.search_text, c.side_effect_rank
-                  FROM capability_versions c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
-                 WHERE {" AND ".join(key_filters)}
-                 ORDER BY c.tenant, c.agent_id, c.skill_id, c.prerelease, c.version_key DESC
-            )
-            SELECT c.*, {HEALTH_SQL} AS health
-              FROM latest c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
-             WHERE {outer}
-             ORDER BY c.tenant, c.agent_id, c.skill_id
-             LIMIT {bind(limit)}"""
+        versions = f"""SELECT DISTINCT ON (c.skill_id) {PUBLIC_COLUMNS}, c.search_text, c.side_effect_rank
+                         FROM capability_versions c
+                        WHERE c.tenant = a.tenant AND c.agent_id = a.agent_id AND {" AND ".join(version_filters)}
+                        ORDER BY c.skill_id, c.prerelease, c.version_key DESC"""
+        order = "a.tenant, a.agent_id, c.skill_id"
     else:
-        if after is not None:
-            k = [bind(part) for part in after]
-            key_filters.append(
-                f"((c.tenant, c.agent_id, c.skill_id) > ({k[0]}, {k[1]}, {k[2]})"
-                f" OR ((c.tenant, c.agent_id, c.skill_id) = ({k[0]}, {k[1]}, {k[2]}) AND c.version_key < {k[3]}))"
-            )
-        sql = f"""
-            SELECT {PUBLIC_COLUMNS}, {HEALTH_SQL} AS health
-              FROM capability_versions c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
-             WHERE {" AND ".join(key_filters + content_filters)}
-             ORDER BY c.tenant, c.agent_id, c.skill_id, c.version_key DESC
-             LIMIT {bind(limit)}"""
+        versions = f"""SELECT {PUBLIC_COLUMNS}, c.search_text, c.side_effect_rank
+                         FROM capability_versions c
+                        WHERE c.tenant = a.tenant AND c.agent_id = a.agent_id AND {" AND ".join(version_filters)}
+                        ORDER BY c.skill_id, c.version_key DESC"""
+        order = "a.tenant, a.agent_id, c.skill_id, c.version_key DESC"
+    sql = f"""
+        SELECT c.*, {HEALTH_SQL} AS health, {LEASE_UNTIL_SQL} AS lease_until
+          FROM agents a CROSS JOIN LATERAL ({versions}) c
+         WHERE {" AND ".join(agent_filters + content_filters)}
+         ORDER BY {order}
+         LIMIT {bind(limit)}"""
     return await conn.fetch(sql, *params)
 
 

@@ -6,6 +6,10 @@ import asyncpg
 
 CHANGE_CHANNEL = "capreg_changes"
 
+# Called with the new seq by record_change, before the write commits: this process's caches stop
+# serving at once (read-your-writes), without waiting for the NOTIFY to come back.
+LOCAL_CHANGE_LISTENERS: set = set()
+
 
 async def record_change(conn: asyncpg.Connection, kind: str, tenant: str, agent_id: str, ref: str) -> int:
     """Advance the change sequence and log the change; call last in the write's transaction.
@@ -20,6 +24,8 @@ async def record_change(conn: asyncpg.Connection, kind: str, tenant: str, agent_
     )
     # Delivered on commit only; lets other processes invalidate caches and wake long-polls.
     await conn.execute("SELECT pg_notify($1, $2)", CHANGE_CHANNEL, str(seq))
+    for listener in list(LOCAL_CHANGE_LISTENERS):
+        listener(seq)
     return seq
 
 

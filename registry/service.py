@@ -14,10 +14,11 @@ from auth.issuers import load_external_issuers
 from auth.keys import Keyring, load_keyring
 from auth.principal import Caller
 from auth.tokens import InvalidToken, TokenVerifier
-from db.changes import CHANGE_CHANNEL, current_seq
+from db.changes import CHANGE_CHANNEL, LOCAL_CHANGE_LISTENERS, current_seq
 from db.pool import connect
 from registry.config import Settings
 from registry.problems import insufficient_scope, invalid_token
+from registry.response_cache import ResponseCache
 
 log = logging.getLogger("capreg")
 
@@ -34,15 +35,20 @@ class ChangeWatcher:
     def __init__(self, dsn: str):
         self.dsn = dsn
         self.seq = 0
+        # True while LISTEN is connected and caught up: only then may caches trust `seq`.
+        self.listening = False
         self._changed = asyncio.Event()
         self._conn: asyncpg.Connection | None = None
         self._task: asyncio.Task | None = None
 
     async def start(self, pool: asyncpg.Pool) -> None:
         self.seq = await current_seq(pool)
+        LOCAL_CHANGE_LISTENERS.add(self._local_change)
         self._task = asyncio.create_task(self._run(pool))
 
     async def stop(self) -> None:
+        LOCAL_CHANGE_LISTENERS.discard(self._local_change)
+        self.listening = False
         if self._task:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -50,6 +56,14 @@ class ChangeWatcher:
         if self._conn is not None:
             with contextlib.suppress(Exception):
                 await self._conn.close()
+
+    def _local_change(self, seq: int) -> None:
+        # A write of this process, not yet committed: move on so no cache serves what it replaces.
+        self.seq = max(self.seq, seq)
+
+    def cache_seq(self) -> int | None:
+        """The sequence number cached responses must carry, or None when caching must stay off."""
+        return self.seq if self.listening else None
 
     def _notified(self, _conn, _pid, _channel, payload: str) -> None:
         with contextlib.suppress(ValueError):
@@ -64,13 +78,17 @@ class ChangeWatcher:
                 await self._conn.add_listener(CHANGE_CHANNEL, self._notified)
                 # Notifications sent while we were disconnected are lost: catch up from the table.
                 self.seq = max(self.seq, await current_seq(pool))
+                self.listening = True
                 self._changed.set()
                 self._changed = asyncio.Event()
                 while not self._conn.is_closed():
-                    await asyncio.sleep(1.0)
+                    await asyncio.sleep(0.2)
+                self.listening = False
             except asyncio.CancelledError:
+                self.listening = False
                 raise
             except Exception as exc:  # keep following; waiters poll meanwhile
+                self.listening = False
                 log.warning("change listener disconnected: %r", exc)
                 await asyncio.sleep(1.0)
 
@@ -95,6 +113,8 @@ class Registry:
             external=load_external_issuers(settings.trusted_issuers),
         )
         self._keyring_lock = asyncio.Lock()
+        # Discovery pages and public cards, valid for one change sequence number (registry.response_cache).
+        self.responses = ResponseCache()
 
     async def refresh_keyring(self) -> None:
         """Reload keys (another replica may have rotated); at most every few seconds."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Literal
 
@@ -18,6 +19,7 @@ from registry.discovery import AgentView, agent_view, capability_version, public
 from registry.problems import not_found, problem_responses, tenant_mismatch
 from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN, AgentRegistration, PublicCapability
 from registry.registration import VersionRef, apply_registration, prepare_registration
+from registry.response_cache import CachedResponse, etag_of, expiry
 from registry.service import registry_of, trace_id_of
 from registry.wire import Wire
 
@@ -100,12 +102,33 @@ async def get_agent(request: Request, tenant: TenantPath, agent_id: AgentPath) -
     summary="A2A 1.0 public agent card (no schemas, no agent endpoints)",
     responses=problem_responses(401, 404),
 )
-async def get_agent_card(request: Request, tenant: TenantPath, agent_id: AgentPath) -> dict:
-    _, agent = await visible_agent(request, tenant, agent_id)
+async def get_agent_card(request: Request, tenant: TenantPath, agent_id: AgentPath) -> Response[dict]:
     registry = registry_of(request)
-    rows = await capability_queries.latest_per_skill(registry.pool, tenant, agent_id, detail=True)
+    caller = await registry.caller(request)
     base_url = f"{registry.public_url(request)}/v1/agents/{tenant}/{agent_id}"
-    return public_agent_card(agent["card"], [capability_version(row) for row in rows], base_url=base_url)
+    # The card is the same for everyone who may see it: cached per process (registry.response_cache),
+    # the visibility check runs on every request.
+    key = ("agent-card", base_url)
+    entry = registry.responses.get(key, registry.watcher.cache_seq(), time.monotonic())
+    if entry is None:
+        async with registry.pool.acquire() as conn:
+            seq, next_effective = await capability_queries.snapshot_bounds(conn)
+            agent = await agent_queries.get_agent(conn, tenant, agent_id)
+            rows = await capability_queries.latest_per_skill(conn, tenant, agent_id, detail=True) if agent else []
+        if agent is None:
+            raise not_found("no such agent")
+        card = public_agent_card(agent["card"], [capability_version(row) for row in rows], base_url=base_url)
+        body = msgspec.json.encode(card)
+        entry = CachedResponse(
+            body=body, etag=etag_of(body), seq=seq,
+            expires=expiry(time.monotonic(), datetime.now(timezone.utc), [next_effective]),
+            extra=(agent["visibility"], tuple(agent["shared_with"])),
+        )
+        registry.responses.put(key, entry, registry.watcher.cache_seq())
+    visibility, shared_with = entry.extra
+    if not can_see(caller, tenant=tenant, visibility=visibility, shared_with=shared_with):
+        raise not_found("no such agent")
+    return Response(entry.body, media_type="application/json")
 
 
 @get(

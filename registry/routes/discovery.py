@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime, timezone
 from typing import Annotated, Literal
 
 import msgspec
@@ -22,6 +23,7 @@ from registry.discovery import (
     side_effect_rank,
 )
 from registry.problems import ErrorItem, invalid_request, problem_responses
+from registry.response_cache import CachedResponse, expiry
 from registry.service import registry_of
 from registry.wire import Wire
 
@@ -64,29 +66,47 @@ async def discover(
     if limit > MAX_LIMIT:
         raise invalid_request(f"limit is at most {MAX_LIMIT}", [ErrorItem(path="limit", message=f"must be between 1 and {MAX_LIMIT}")])
     viewer = caller.tenant if caller is not None and caller.holds("registry:read") else None
-    rows = await capability_queries.discover(
-        registry.pool,
-        viewer_tenant=viewer,
-        q=q,
-        skill=skill,
-        tags=tag,
-        side_effect_max=side_effect_rank(side_effect_max),
-        region=region,
-        agent=agent,
-        tenant=tenant,
-        status=status,
-        latest_only=versions == "latest",
-        after=decode_cursor(cursor) if cursor else None,
-        limit=limit + 1,
-    )
+    # Routers ask the same few questions over and over: answer from the per-process cache, which
+    # is exact (registry.response_cache), and a matching If-None-Match without any query.
+    key = ("discover", viewer, q, skill, tuple(tag) if tag else None, side_effect_max, region, agent, tenant,
+           status, versions, limit, cursor)
+    seq = registry.watcher.cache_seq()
+    entry = registry.responses.get(key, seq, time.monotonic())
+    if entry is None:
+        entry = await _discovery_page(
+            registry, viewer=viewer, q=q, skill=skill, tags=tag, side_effect_max=side_effect_max, region=region,
+            agent=agent, tenant=tenant, status=status, versions=versions, limit=limit, cursor=cursor,
+        )
+        registry.responses.put(key, entry, registry.watcher.cache_seq())
+    headers = _PUBLIC_HEADERS if viewer is None else _PRIVATE_HEADERS
+    headers = {"ETag": entry.etag, **headers}
+    if etag_matches(request.headers.get("if-none-match"), entry.etag):
+        return Response(b"", status_code=304, headers=headers)
+    return Response(entry.body, media_type="application/json", headers=headers)
+
+
+_PUBLIC_HEADERS = {"Cache-Control": "no-cache", "Vary": "Authorization"}
+_PRIVATE_HEADERS = {"Cache-Control": "private, no-cache", "Vary": "Authorization"}
+
+
+async def _discovery_page(registry, *, viewer, tags, side_effect_max, versions, limit, cursor, **filters) -> CachedResponse:
+    """Query one page and encode it, labelled with the sequence number read before the query."""
+    rank = side_effect_rank(side_effect_max)
+    after = decode_cursor(cursor) if cursor else None
+    async with registry.pool.acquire() as conn:
+        seq, next_effective = await capability_queries.snapshot_bounds(conn)
+        rows = await capability_queries.discover(
+            conn, viewer_tenant=viewer, tags=tags, side_effect_max=rank, latest_only=versions == "latest",
+            after=after, limit=limit + 1, **filters,
+        )
     page = rows[:limit]
     next_cursor = encode_cursor(page[-1]) if len(rows) > limit else None
     body = _encoder.encode(DiscoveryPage(items=[public_capability(r) for r in page], next_cursor=next_cursor))
-    etag = etag_for(body)
-    headers = {"ETag": etag, "Cache-Control": "no-cache" if viewer is None else "private, no-cache", "Vary": "Authorization"}
-    if etag_matches(request.headers.get("if-none-match"), etag):
-        return Response(b"", status_code=304, headers=headers)
-    return Response(body, media_type="application/json", headers=headers)
+    # health flips to stale when an agent's last lease lapses: the page is good until the first such moment.
+    boundaries = [r["lease_until"] for r in page]
+    boundaries.append(next_effective)
+    expires = expiry(time.monotonic(), datetime.now(timezone.utc), boundaries)
+    return CachedResponse(body=body, etag=etag_for(body), seq=seq, expires=expires)
 
 
 @get(
