@@ -75,7 +75,8 @@ async def ensure_signing_key(conn: asyncpg.Connection) -> None:
 
 
 async def rotate_key(conn: asyncpg.Connection, keep_verifying_for: timedelta) -> str:
-    """Make a new key current; the old one stays published for `keep_verifying_for`."""
+    """Make a new key current; the old one stays published for `keep_verifying_for` and, beyond
+    that, until the last ticket it signed has expired (db/keys.py)."""
     async with conn.transaction():
         await key_queries.lock_keys(conn)
         await key_queries.retire_current(conn, datetime.now(timezone.utc) + keep_verifying_for)

@@ -1,3 +1,394 @@
-"""HTTP: (placeholder until its issue lands)."""
+"""HTTP: delegation tickets (mint, introspect, revoke, list) and approvals (contract sections 5 and 8).
 
-ROUTES: list = []
+The orchestration lives in registry.delegation, the rules in auth.policy, the JWT in auth.tickets.
+POST /v1/tickets reads its body itself (after authenticating the caller) so that every refusal, a
+malformed body or a bad caller token included, is audited as `ticket.denied`.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from datetime import datetime
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Request, Response, get, post
+from litestar.di import Provide
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import HeaderParameter, JSONBody, PathParameter, QueryParameter
+
+from auth.policy import REGISTRY_ADMIN_SCOPE, check_approval_decider
+from auth.principal import Caller
+from auth.tickets import InvalidTicket
+from db import approvals as approval_queries
+from db import tickets as ticket_queries
+from db.audit import append_events
+from registry.audit import AuditEvent
+from registry.delegation import (
+    AlreadyCollected,
+    ApprovalView,
+    PRINTABLE,
+    Idempotency,
+    IdempotencyKeyTaken,
+    TicketRequestBody,
+    TicketResponse,
+    approval_request_view,
+    check_request,
+    decode_body,
+    evaluate,
+    idempotency_of,
+    mint,
+    refuse,
+    refusal_error,
+    request_approval,
+    stored_ticket_request,
+    ticket_request,
+    verified_ticket,
+)
+from registry.problems import (
+    ErrorItem,
+    ProblemError,
+    decode_error_item,
+    insufficient_scope,
+    invalid_request,
+    not_found,
+    problem_responses,
+    tenant_mismatch,
+)
+from registry.service import Registry, registry_of, trace_id_of
+from registry.wire import Wire
+
+_JTI = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+JtiPath = Annotated[str, PathParameter(pattern=_JTI.pattern, description="ticket id (jti)")]
+ApprovalPath = Annotated[str, PathParameter(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="approval id")]
+MAX_LIMIT = 200
+
+
+class IntrospectionRequest(Wire, forbid_unknown_fields=True):
+    ticket: Annotated[str, msgspec.Meta(max_length=16384)]
+
+
+class RevocationResponse(Wire):
+    jti: str
+    revoked: list[str]
+
+
+class TicketItem(Wire):
+    actor: str
+    on_behalf_of: str | None
+    audience: str
+    ref: str
+    scopes: list[str]
+    resources: list[str]
+    jti: str
+    issued_at: datetime
+    expires_at: datetime
+    depth: int
+
+
+class TicketPage(Wire):
+    items: list[TicketItem]
+    next_cursor: str | None
+
+
+async def _document_ticket_request(data: JSONBody[TicketRequestBody]) -> None:
+    """Never called: declares POST /v1/tickets' body for OpenAPI, which the handler decodes itself."""
+
+
+async def _document_introspection_request(data: JSONBody[IntrospectionRequest]) -> None:
+    """Never called: declares the introspection body for OpenAPI (decoded after authentication)."""
+
+
+def _decode(raw: bytes, type_: type) -> Any:
+    try:
+        return msgspec.json.decode(raw, type=type_)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise invalid_request("the request body is malformed", [decode_error_item(exc)]) from None
+
+
+async def _replay(registry: Registry, caller: Caller, idempotency: Idempotency, trace_id: str | None) -> Response | None:
+    """The recorded answer for an Idempotency-Key (200 for a ticket), 409 for another body, None if unseen."""
+    row = await ticket_queries.stored_response(registry.pool, idempotency.principal, idempotency.key)
+    if row is None or row["status_code"] is None:
+        return None
+    if row["body_hash"] != idempotency.body_hash:
+        raise await refuse(
+            registry, ProblemError(409, "idempotency_mismatch", "this Idempotency-Key was used with another request body"),
+            caller=caller, trace_id=trace_id,
+        )
+    return Response(row["response"], status_code=200 if row["status_code"] == 201 else row["status_code"])
+
+
+@post(
+    "/v1/tickets",
+    status_code=201,
+    summary="Mint a delegation ticket (or request approval for it)",
+    description=(
+        "First tickets narrow the caller's scopes to the capability's; with `parentTicket` the caller "
+        "(the parent's audience) re-delegates a narrower ticket. `requiresApproval` capabilities answer "
+        "202 with an approval id. `Idempotency-Key` replays the first answer for the same body (200)."
+    ),
+    dependencies={"ticket_request_schema": Provide(_document_ticket_request)},
+    responses={
+        200: ResponseSpec(data_container=TicketResponse, generate_examples=False,
+                          description="Idempotent replay of an earlier ticket"),
+        202: ResponseSpec(data_container=ApprovalView, generate_examples=False,
+                          description="The capability requires approval: pending"),
+        **problem_responses(400, 401, 403, 404, 409, 410),
+    },
+)
+async def create_ticket(
+    request: Request,
+    idempotency_key: Annotated[str | None, HeaderParameter(
+        name="Idempotency-Key", required=False, description="replays the first answer for the same body within 24 h",
+    )] = None,
+) -> Response[TicketResponse]:
+    registry = registry_of(request)
+    trace_id = trace_id_of(request)
+    try:
+        caller = await registry.require_caller(request)
+    except ProblemError as error:
+        if request.headers.get("authorization") is None:
+            raise  # nothing was claimed: nothing to record
+        # A presented token failed (forged, expired, wrong type...): who asked is unknown, so the
+        # event names no actor and no tenant, only the trace id.
+        raise await refuse(registry, error, caller=None, trace_id=trace_id) from None
+    try:
+        body = decode_body(await request.body())
+        req = ticket_request(body, max_ttl=registry.settings.ticket_max_ttl)
+        check_request(req, max_ttl=registry.settings.ticket_max_ttl)
+        idempotency = idempotency_of(caller, idempotency_key, body)
+    except ProblemError as error:
+        raise await refuse(registry, error, caller=caller, trace_id=trace_id) from None
+
+    if idempotency is not None and (replayed := await _replay(registry, caller, idempotency, trace_id)) is not None:
+        return replayed
+    plan = await evaluate(registry, caller, req, body.parent_ticket, trace_id=trace_id)
+    try:
+        if plan.target.requires_approval:
+            view = await request_approval(registry, plan, body, trace_id=trace_id, idempotency=idempotency)
+            return Response(msgspec.to_builtins(view), status_code=202)
+        return Response(await mint(registry, plan, trace_id=trace_id, idempotency=idempotency), status_code=201)
+    except IdempotencyKeyTaken:
+        assert idempotency is not None
+        replayed = await _replay(registry, caller, idempotency, trace_id)
+        if replayed is None:  # the other request's answer is gone already (over 24 h): cannot happen in practice
+            raise ProblemError(409, "idempotency_mismatch", "this Idempotency-Key is in use") from None
+        return replayed
+
+
+@post(
+    "/v1/tickets/introspect",
+    status_code=200,
+    summary="Introspect a ticket (RFC 7662 style)",
+    description=(
+        "`{\"active\": true, ...claims}` for a valid, unexpired, unrevoked ticket whose capability version "
+        "is not retired; `{\"active\": false}` otherwise, and for callers outside the audience's tenant."
+    ),
+    dependencies={"introspection_request_schema": Provide(_document_introspection_request)},
+    responses=problem_responses(400, 401),
+)
+async def introspect(request: Request) -> dict[str, Any]:
+    registry = registry_of(request)
+    caller = await registry.require_caller(request)
+    body = _decode(await request.body(), IntrospectionRequest)
+    inactive = {"active": False}
+    try:
+        claims = await verified_ticket(registry, body.ticket)
+    except InvalidTicket:
+        return inactive
+    audience_tenant = claims.aud.partition("/")[0]
+    if caller.tenant != audience_tenant and not (caller.holds("audit:read") and caller.tenant == claims.tenant):
+        return inactive
+    state = await ticket_queries.ticket_state(registry.pool, claims.jti)
+    if state is None or state["chain_revoked"] or state["capability_status"] == "retired":
+        return inactive
+    return {"active": True, **claims.as_dict()}
+
+
+@post(
+    "/v1/tickets/{jti:str}/revoke",
+    status_code=200,
+    summary="Revoke a ticket and every ticket re-delegated from it",
+    responses=problem_responses(401, 403, 404),
+)
+async def revoke_ticket(request: Request, jti: JtiPath) -> RevocationResponse:
+    registry = registry_of(request)
+    trace_id = trace_id_of(request)
+    caller = await registry.require_caller(request)
+    ticket = await ticket_queries.get_ticket(registry.pool, jti)
+    if ticket is None:
+        raise not_found("no such ticket")
+    is_minter = caller.principal == ticket["actor"]
+    is_admin = caller.tenant == ticket["tenant"] and caller.holds(REGISTRY_ADMIN_SCOPE)
+    if not (is_minter or is_admin):
+        # Tickets are seen by their capability's tenant and by the minter's tenant; others learn nothing.
+        if caller.tenant not in (ticket["tenant"], ticket["actor_tenant"]):
+            raise not_found("no such ticket")
+        if caller.tenant == ticket["tenant"]:
+            error = insufficient_scope(REGISTRY_ADMIN_SCOPE)
+        else:
+            error = ProblemError(403, "tenant_mismatch", "only the minter or an admin of the capability's tenant may revoke it")
+        raise await refuse(registry, error, caller=caller, tenant=ticket["tenant"], ref=ticket["ref"],
+                           scopes=ticket["scopes"], on_behalf_of=ticket["on_behalf_of"], trace_id=trace_id,
+                           event_type="ticket.revoked")
+    async with registry.pool.acquire() as conn, conn.transaction():
+        await ticket_queries.lock_tree(conn, ticket["root_jti"])
+        revoked = await ticket_queries.revoke_tree(conn, jti)
+        revoked.sort(key=lambda row: (row["depth"], row["jti"]))
+        await append_events(conn, [
+            AuditEvent(
+                type="ticket.revoked", outcome="allowed", tenant=row["tenant"], actor_tenant=caller.tenant,
+                actor=caller.sub, on_behalf_of=row["on_behalf_of"], ref=row["ref"], scopes=list(row["scopes"]),
+                # Descendants are revoked because their ancestor was.
+                reason=None if row["jti"] == jti else "ancestor_revoked", trace_id=trace_id,
+            )
+            for row in revoked
+        ])
+    return RevocationResponse(jti=jti, revoked=[row["jti"] for row in revoked])
+
+
+def _encode_cursor(row) -> str:
+    raw = msgspec.json.encode([row["issued_at"].isoformat(), row["jti"]])
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        issued_at, jti = msgspec.json.decode(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)), type=tuple[datetime, str])
+        if issued_at.tzinfo is None or not _JTI.match(jti):
+            raise ValueError(cursor)
+        return issued_at, jti
+    except (ValueError, msgspec.DecodeError, msgspec.ValidationError):
+        raise invalid_request("cursor is not valid", [ErrorItem(path="query:cursor", message="not a cursor from this endpoint")]) from None
+
+
+@get(
+    "/v1/tickets",
+    summary="Tickets of the caller's tenant (as capability tenant or as actor tenant); needs audit:read",
+    responses=problem_responses(400, 401, 403),
+)
+async def list_tickets(
+    request: Request,
+    active: Annotated[bool | None, QueryParameter(description="true: only active tickets; false: only inactive ones")] = None,
+    actor: Annotated[str | None, QueryParameter(max_length=200, pattern=PRINTABLE, description="minting principal 'tenant/sub', or a bare sub")] = None,
+    skill: Annotated[str | None, QueryParameter(max_length=128, pattern=PRINTABLE, description="capability id")] = None,
+    granted_scope: Annotated[str | None, QueryParameter(name="scope", max_length=128, pattern=PRINTABLE, description="tickets granting this scope")] = None,
+    limit: Annotated[int, QueryParameter(ge=1, description=f"page size, at most {MAX_LIMIT}")] = 50,
+    cursor: Annotated[str | None, QueryParameter(max_length=512)] = None,
+) -> TicketPage:
+    registry = registry_of(request)
+    caller = await registry.require_caller(request, "audit:read")
+    if limit > MAX_LIMIT:
+        raise invalid_request(f"limit is at most {MAX_LIMIT}", [ErrorItem(path="query:limit", message=f"must be between 1 and {MAX_LIMIT}")])
+    rows = await ticket_queries.list_tickets(
+        registry.pool, viewer_tenant=caller.tenant, active=active, actor=actor, skill=skill, scope=granted_scope,
+        after=_decode_cursor(cursor) if cursor else None, limit=limit + 1,
+    )
+    page = rows[:limit]
+    return TicketPage(
+        items=[
+            TicketItem(
+                actor=r["actor"], on_behalf_of=r["on_behalf_of"], audience=r["audience"], ref=r["ref"],
+                scopes=list(r["scopes"]), resources=list(r["resources"]), jti=r["jti"], issued_at=r["issued_at"],
+                expires_at=r["expires_at"], depth=r["depth"],
+            )
+            for r in page
+        ],
+        next_cursor=_encode_cursor(page[-1]) if len(rows) > limit else None,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Approvals
+
+
+def _approval_view(approval, ticket: TicketResponse | None = None) -> ApprovalView:
+    return ApprovalView(
+        approval_id=approval["approval_id"], status=approval["status"],
+        request=approval_request_view(approval["request"]), ticket=ticket,
+    )
+
+
+async def _decide(request: Request, approval_id: str, decision: str) -> ApprovalView:
+    registry = registry_of(request)
+    trace_id = trace_id_of(request)
+    caller = await registry.require_caller(request)
+    approval = await approval_queries.get_approval(registry.pool, approval_id)
+    if approval is None or (caller.principal != approval["requester"] and caller.tenant != approval["tenant"]):
+        raise not_found("no such approval")
+    audit = dict(caller=caller, tenant=approval["tenant"], ref=approval["ref"], scopes=approval["scopes"],
+                 on_behalf_of=approval["on_behalf_of"], trace_id=trace_id, event_type="approval.decided")
+    refusal = check_approval_decider(caller, approval["requester"], approval["tenant"])
+    if refusal is not None:
+        error = refusal_error(refusal)
+        if refusal.code == "insufficient_scope":
+            error = insufficient_scope(REGISTRY_ADMIN_SCOPE)
+        elif refusal.code == "tenant_mismatch":
+            error = tenant_mismatch()
+        raise await refuse(registry, error, **audit)
+    async with registry.pool.acquire() as conn, conn.transaction():
+        if await approval_queries.decide(conn, approval_id, decision, caller.principal):
+            await append_events(conn, [AuditEvent(
+                type="approval.decided", outcome="allowed" if decision == "approved" else "denied",
+                tenant=approval["tenant"], actor_tenant=caller.tenant, actor=caller.sub,
+                on_behalf_of=approval["on_behalf_of"], ref=approval["ref"], scopes=list(approval["scopes"]),
+                # A denial by the approver, as opposed to a refused attempt to decide.
+                reason=None if decision == "approved" else "approval_denied", trace_id=trace_id,
+            )])
+        # Deciding again, or too late, changes nothing: the answer shows the approval as it stands.
+        approval = await approval_queries.get_approval(conn, approval_id)
+    return _approval_view(approval)
+
+
+@post(
+    "/v1/approvals/{approval_id:str}/approve",
+    status_code=200,
+    summary="Approve a pending ticket request (registry:admin of the capability's tenant, not the requester)",
+    responses=problem_responses(401, 403, 404),
+)
+async def approve(request: Request, approval_id: ApprovalPath) -> ApprovalView:
+    return await _decide(request, approval_id, "approved")
+
+
+@post(
+    "/v1/approvals/{approval_id:str}/deny",
+    status_code=200,
+    summary="Deny a pending ticket request (registry:admin of the capability's tenant, not the requester)",
+    responses=problem_responses(401, 403, 404),
+)
+async def deny(request: Request, approval_id: ApprovalPath) -> ApprovalView:
+    return await _decide(request, approval_id, "denied")
+
+
+@get(
+    "/v1/approvals/{approval_id:str}",
+    summary="An approval; the requester's first fetch after approval carries the ticket",
+    responses=problem_responses(401, 403, 404, 410),
+)
+async def get_approval(request: Request, approval_id: ApprovalPath) -> ApprovalView:
+    registry = registry_of(request)
+    trace_id = trace_id_of(request)
+    caller = await registry.require_caller(request)
+    approval = await approval_queries.get_approval(registry.pool, approval_id)
+    is_requester = approval is not None and caller.principal == approval["requester"]
+    if approval is None or not (
+        is_requester or (caller.tenant == approval["tenant"] and caller.holds(REGISTRY_ADMIN_SCOPE))
+    ):
+        raise not_found("no such approval")
+    if not is_requester or approval["status"] != "approved":
+        return _approval_view(approval)
+    # Collect: the ticket is minted now, for the version that was approved, with every check re-run
+    # (the parent may have been revoked, the version retired, the requester's scopes changed).
+    body, parent_token = stored_ticket_request(approval)
+    req = ticket_request(body, max_ttl=registry.settings.ticket_max_ttl)
+    plan = await evaluate(registry, caller, req, parent_token, trace_id=trace_id)
+    try:
+        ticket = await mint(registry, plan, trace_id=trace_id, approval_id=approval_id)
+    except AlreadyCollected:
+        return _approval_view(await approval_queries.get_approval(registry.pool, approval_id))
+    return _approval_view(await approval_queries.get_approval(registry.pool, approval_id), ticket)
+
+
+ROUTES = [create_ticket, introspect, revoke_ticket, list_tickets, approve, deny, get_approval]

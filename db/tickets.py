@@ -1,0 +1,153 @@
+"""Queries on tickets and ticket_idempotency: minted tickets, their chains (a ticket's ancestors for
+activity, its descendants for revocation), listings, and Idempotency-Key replays."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+TICKET_COLUMNS = (
+    "t.jti, t.parent_jti, t.root_jti, t.tenant, t.agent_id, t.skill_id, t.version, t.ref, t.audience, t.actor, "
+    "t.actor_tenant, t.on_behalf_of, t.scopes, t.resources, t.depth, t.max_depth, t.issued_at, t.expires_at, "
+    "t.revoked_at, t.act, t.kid"
+)
+
+# Active: unexpired, unrevoked, its capability version not retired, and no ancestor revoked (revoking
+# also revokes descendants under a tree lock; the walk is a guard, at most maxDepth primary-key hits).
+# The same rule as the grant report (db/grants.py) and introspection (ticket_state).
+ACTIVE = """(t.revoked_at IS NULL AND t.expires_at > now() AND cv.status <> 'retired'
+             AND NOT EXISTS (
+                 WITH RECURSIVE ancestors AS (
+                     SELECT p.jti, p.parent_jti, p.revoked_at FROM tickets p WHERE p.jti = t.parent_jti
+                     UNION ALL
+                     SELECT p.jti, p.parent_jti, p.revoked_at FROM tickets p JOIN ancestors a ON p.jti = a.parent_jti
+                 )
+                 SELECT 1 FROM ancestors WHERE revoked_at IS NOT NULL))"""
+
+
+async def insert_ticket(conn: asyncpg.Connection, row: dict[str, Any]) -> None:
+    columns = list(row)
+    placeholders = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
+    await conn.execute(f"INSERT INTO tickets ({', '.join(columns)}) VALUES ({placeholders})", *row.values())
+
+
+async def get_ticket(conn: asyncpg.Connection | asyncpg.Pool, jti: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(f"SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.jti = $1", jti)
+
+
+async def ticket_state(conn: asyncpg.Connection | asyncpg.Pool, jti: str) -> asyncpg.Record | None:
+    """A ticket's row with `chain_revoked` (it or any ancestor revoked) and `capability_status`."""
+    return await conn.fetchrow(
+        f"""WITH RECURSIVE chain AS (
+                SELECT jti, parent_jti, revoked_at FROM tickets WHERE jti = $1
+                UNION ALL
+                SELECT p.jti, p.parent_jti, p.revoked_at FROM tickets p JOIN chain c ON p.jti = c.parent_jti
+            )
+            SELECT {TICKET_COLUMNS}, cv.status AS capability_status,
+                   (SELECT bool_or(revoked_at IS NOT NULL) FROM chain) AS chain_revoked
+              FROM tickets t
+              JOIN capability_versions cv ON cv.tenant = t.tenant AND cv.agent_id = t.agent_id
+                                         AND cv.skill_id = t.skill_id AND cv.version = t.version
+             WHERE t.jti = $1""",
+        jti,
+    )
+
+
+async def lock_tree(conn: asyncpg.Connection, root_jti: str) -> None:
+    """Serialize re-delegation and revocation within one ticket tree until the transaction ends.
+
+    A child minted while its ancestor is being revoked would otherwise commit after the revocation
+    looked for descendants, and stay unrevoked.
+    """
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"ticket-tree:{root_jti}")
+
+
+async def revoke_tree(conn: asyncpg.Connection, jti: str) -> list[asyncpg.Record]:
+    """Revoke a ticket and all its descendants; the rows newly revoked (already revoked ones are skipped)."""
+    return await conn.fetch(
+        """WITH RECURSIVE tree AS (
+               SELECT jti FROM tickets WHERE jti = $1
+               UNION ALL
+               SELECT t.jti FROM tickets t JOIN tree ON t.parent_jti = tree.jti
+           )
+           UPDATE tickets SET revoked_at = now()
+            WHERE jti IN (SELECT jti FROM tree) AND revoked_at IS NULL
+        RETURNING jti, tenant, actor, actor_tenant, on_behalf_of, ref, scopes, depth""",
+        jti,
+    )
+
+
+async def list_tickets(
+    conn: asyncpg.Connection | asyncpg.Pool,
+    *,
+    viewer_tenant: str,
+    active: bool | None = None,
+    actor: str | None = None,
+    skill: str | None = None,
+    scope: str | None = None,
+    after: tuple[datetime, str] | None = None,
+    limit: int = 50,
+) -> list[asyncpg.Record]:
+    """One page of tickets whose capability tenant or actor tenant is `viewer_tenant`, oldest first.
+
+    `actor` is a principal `tenant/sub`, or a bare `sub` in any tenant; `active` True keeps active
+    tickets, False inactive ones, None both.
+    """
+    return await conn.fetch(
+        f"""SELECT {TICKET_COLUMNS}
+              FROM tickets t
+              JOIN capability_versions cv ON cv.tenant = t.tenant AND cv.agent_id = t.agent_id
+                                         AND cv.skill_id = t.skill_id AND cv.version = t.version
+             WHERE (t.tenant = $1 OR t.actor_tenant = $1)
+               AND ($2::boolean IS NULL OR ({ACTIVE}) = $2)
+               AND ($3::text IS NULL OR t.actor = $3 OR split_part(t.actor, '/', 2) = $3)
+               AND ($4::text IS NULL OR t.skill_id = $4)
+               AND ($5::text IS NULL OR $5 = ANY (t.scopes))
+               AND ($6::timestamptz IS NULL OR (t.issued_at, t.jti) > ($6, $7::text))
+             ORDER BY t.issued_at, t.jti
+             LIMIT $8""",
+        viewer_tenant, active, actor, skill, scope,
+        after[0] if after else None, after[1] if after else None, limit,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Idempotency keys
+
+
+async def claim_idempotency_key(conn: asyncpg.Connection, principal: str, key: str, body_hash: str) -> bool:
+    """Claim (principal, key) inside the minting transaction; False when a live claim exists.
+
+    A concurrent claim of the same key blocks here until the other transaction ends: on commit this
+    returns False (replay its answer), on rollback the claim is ours. Claims older than 24 hours are
+    taken over.
+    """
+    claimed = await conn.fetchval(
+        """INSERT INTO ticket_idempotency (principal, idem_key, body_hash) VALUES ($1, $2, $3)
+           ON CONFLICT (principal, idem_key) DO UPDATE
+                 SET body_hash = EXCLUDED.body_hash, status_code = NULL, response = NULL, created_at = now()
+               WHERE ticket_idempotency.created_at <= now() - interval '24 hours'
+        RETURNING true""",
+        principal, key, body_hash,
+    )
+    return bool(claimed)
+
+
+async def stored_response(conn: asyncpg.Connection | asyncpg.Pool, principal: str, key: str) -> asyncpg.Record | None:
+    """The live (under 24 hours old) answer recorded for (principal, key)."""
+    return await conn.fetchrow(
+        """SELECT body_hash, status_code, response FROM ticket_idempotency
+            WHERE principal = $1 AND idem_key = $2 AND created_at > now() - interval '24 hours'""",
+        principal, key,
+    )
+
+
+async def store_response(
+    conn: asyncpg.Connection, principal: str, key: str, status_code: int, response: dict[str, Any]
+) -> None:
+    await conn.execute(
+        "UPDATE ticket_idempotency SET status_code = $3, response = $4 WHERE principal = $1 AND idem_key = $2",
+        principal, key, status_code, response,
+    )

@@ -1,0 +1,410 @@
+"""Delegation tickets end to end (contract section 5): resolving the capability a ticket is asked for,
+verifying a parent ticket, applying the narrowing rules of auth.policy, then signing (auth.tickets),
+storing and auditing in one transaction. Approvals and Idempotency-Key replays reuse the same steps.
+
+Every refusal is written to the audit log as `ticket.denied` (in a transaction of its own, nothing
+else is written) before its error is raised; a grant's `ticket.granted` commits with the ticket row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from typing import Annotated, Any
+
+import msgspec
+
+from auth.policy import (
+    PARENT_INVALID,
+    CapabilityGate,
+    can_see,
+    ParentTicket,
+    Refusal,
+    TicketGrant,
+    TicketRequest,
+    check_first_ticket,
+    check_redelegation,
+    child_ticket_grant,
+    decide_release,
+    first_ticket_grant,
+    validate_ticket_request,
+)
+from auth.principal import Caller
+from auth.tickets import CapClaim, InvalidTicket, TicketClaims, new_jti, sign_ticket, ticket_claims, verify_ticket
+from db import agents as agent_queries
+from db import approvals as approval_queries
+from db import capabilities as capability_queries
+from db import tickets as ticket_queries
+from db.audit import append_events, record_events
+from registry.audit import AuditEvent
+from registry.discovery import capability_ref, capability_version
+from registry.problems import ErrorItem, ProblemError, decode_error_item, invalid_request, json_pointer, not_found
+from registry.service import Registry
+from registry.release import NOT_FOUND_DETAIL, choose_version, parse_version_request
+from registry.release import refusal as release_refusal
+from registry.versions import InvalidRange
+from registry.wire import Wire
+
+# Used when a request names no ttlSeconds (capped by CAPREG_TICKET_MAX_TTL).
+DEFAULT_TTL_SECONDS = 300
+IDEMPOTENCY_KEY_MAX_LENGTH = 255
+# Free-text fields end up in claims, rows and audit events: no control characters (PostgreSQL text
+# cannot even hold NUL).
+PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
+
+
+class TicketRequestBody(Wire, forbid_unknown_fields=True):
+    """POST /v1/tickets body. Shapes and types here; value rules in auth.policy.validate_ticket_request."""
+
+    audience: Annotated[str, msgspec.Meta(max_length=129, description="target agent ref 'tenant/agentId'")]
+    skill: Annotated[str, msgspec.Meta(max_length=256, description="capability (skill) id")]
+    scopes: Annotated[list[Annotated[str, msgspec.Meta(max_length=256)]], msgspec.Meta(max_length=64)]
+    version: Annotated[str, msgspec.Meta(max_length=256, description="exact version, 'latest' or a range")] = "latest"
+    resources: Annotated[list[Annotated[str, msgspec.Meta(pattern=PRINTABLE, max_length=512)]], msgspec.Meta(max_length=256)] = []
+    on_behalf_of: Annotated[str, msgspec.Meta(pattern=PRINTABLE, max_length=256)] | None = None
+    ttl_seconds: int | None = None
+    max_depth: int = 0
+    parent_ticket: Annotated[str, msgspec.Meta(max_length=16384)] | None = None
+
+
+class TicketResponse(Wire):
+    ticket: str
+    jti: str
+    expires_at: datetime
+    scopes: list[str]
+    resources: list[str]
+    ref: str
+    depth: int
+    max_depth: int
+
+
+class ApprovalView(Wire, omit_defaults=True):
+    approval_id: str
+    status: str
+    request: dict[str, Any] | None = None
+    ticket: TicketResponse | None = None
+
+
+class Target(msgspec.Struct, frozen=True, kw_only=True):
+    """The capability version a ticket request resolved to."""
+
+    tenant: str
+    agent_id: str
+    skill_id: str
+    version: str
+    scopes: tuple[str, ...]
+    requires_approval: bool
+
+    @property
+    def ref(self) -> str:
+        return capability_ref(self.tenant, self.agent_id, self.skill_id, self.version)
+
+
+class Plan(msgspec.Struct, frozen=True, kw_only=True):
+    """A ticket request that passed every check: what to sign, for whom, on which parent."""
+
+    caller: Caller
+    request: TicketRequest
+    target: Target
+    grant: TicketGrant
+    root_jti: str | None
+    now: int
+
+
+class Idempotency(msgspec.Struct, frozen=True, kw_only=True):
+    principal: str
+    key: str
+    body_hash: str
+
+
+class IdempotencyKeyTaken(Exception):
+    """Another request claimed the same Idempotency-Key first: replay its answer."""
+
+
+class AlreadyCollected(Exception):
+    """The approval's ticket was collected by a concurrent fetch."""
+
+
+# ---------------------------------------------------------------------------
+# Request parsing
+
+
+def decode_body(raw: bytes) -> TicketRequestBody:
+    try:
+        return msgspec.json.decode(raw, type=TicketRequestBody)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise invalid_request("the ticket request is malformed", [decode_error_item(exc)]) from None
+
+
+def ticket_request(body: TicketRequestBody, *, max_ttl: int) -> TicketRequest:
+    ttl = body.ttl_seconds if body.ttl_seconds is not None else min(DEFAULT_TTL_SECONDS, max_ttl)
+    return TicketRequest(
+        audience=body.audience, skill=body.skill, version=body.version, scopes=tuple(body.scopes),
+        ttl_seconds=ttl, resources=tuple(body.resources), on_behalf_of=body.on_behalf_of, max_depth=body.max_depth,
+    )
+
+
+def check_request(req: TicketRequest, *, max_ttl: int) -> None:
+    errors = validate_ticket_request(req, max_ttl=max_ttl)
+    if errors:
+        raise invalid_request(
+            "the ticket request is invalid",
+            [ErrorItem(path=json_pointer(e["path"]), message=e["message"]) for e in errors],
+        )
+
+
+def idempotency_of(caller: Caller, key: str | None, body: TicketRequestBody) -> Idempotency | None:
+    """The Idempotency-Key claim of a request, scoped to the caller's principal; the body is hashed canonically."""
+    if key is None:
+        return None
+    if not 1 <= len(key) <= IDEMPOTENCY_KEY_MAX_LENGTH or not key.isascii() or not key.isprintable():
+        raise invalid_request(
+            "Idempotency-Key must be 1 to 255 printable ASCII characters",
+            [ErrorItem(path="header:Idempotency-Key", message="invalid idempotency key")],
+        )
+    body_hash = hashlib.sha256(msgspec.json.encode(body)).hexdigest()
+    return Idempotency(principal=caller.principal, key=key, body_hash=body_hash)
+
+
+# ---------------------------------------------------------------------------
+# Audit
+
+
+def refusal_error(refusal: Refusal) -> ProblemError:
+    return ProblemError(403, refusal.code, refusal.message, reason=refusal.reason)
+
+
+async def refuse(
+    registry: Registry,
+    error: ProblemError,
+    *,
+    caller: Caller | None,
+    tenant: str | None = None,
+    ref: str | None = None,
+    scopes: tuple[str, ...] | list[str] = (),
+    on_behalf_of: str | None = None,
+    trace_id: str | None,
+    event_type: str = "ticket.denied",
+) -> ProblemError:
+    """Audit a refusal in its own transaction and return the error to raise."""
+    await record_events(registry.pool, [AuditEvent(
+        type=event_type, outcome="denied", tenant=tenant,
+        actor_tenant=caller.tenant if caller else None, actor=caller.sub if caller else None,
+        on_behalf_of=on_behalf_of, ref=ref, scopes=sorted(set(scopes)),
+        reason=error.reason or error.code, trace_id=trace_id,
+    )])
+    return error
+
+
+# ---------------------------------------------------------------------------
+# Evaluation
+
+
+async def verified_ticket(registry: Registry, token: str) -> TicketClaims:
+    """Verify a ticket with capreg's keyring, reloading keys once when its kid is new to this process."""
+    try:
+        return verify_ticket(token, registry.keyring, issuer=registry.settings.issuer)
+    except InvalidTicket as exc:
+        if not exc.unknown_kid:
+            raise
+    await registry.refresh_keyring()
+    return verify_ticket(token, registry.keyring, issuer=registry.settings.issuer)
+
+
+async def resolve_target(registry: Registry, caller: Caller, req: TicketRequest) -> Target:
+    """The capability version of a ticket request, as the caller may see it (400, 404, 410 otherwise).
+
+    Resolution is detail release's (registry.release), so `latest` and ranges name the same version
+    for a ticket as for the schemas. The caller must be able to see the version in detail: visible
+    to its tenant and, asked for exactly, not retired. Detail release's scope rule is replaced by the
+    ticket's subset rule, and data regions are not a ticket check (the contract lists the ticket
+    checks; regions gate who receives schemas and endpoints, not who may delegate a call).
+    """
+    tenant, _, agent_id = req.audience.partition("/")
+    try:
+        wanted = parse_version_request(req.version)
+    except InvalidRange as exc:
+        raise invalid_request("version is not a version, `latest` or a range", [ErrorItem(path="/version", message=str(exc))]) from None
+    agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
+    if agent is None or not can_see(caller, tenant=tenant, visibility=agent["visibility"], shared_with=agent["shared_with"]):
+        raise not_found(NOT_FOUND_DETAIL)
+    rows = await capability_queries.skill_versions(registry.pool, tenant, agent_id, req.skill, detail=True)
+    chosen = choose_version([capability_version(row) for row in rows], wanted, now=datetime.now(timezone.utc))
+    if chosen is None:
+        raise not_found(NOT_FOUND_DETAIL)
+    gate = CapabilityGate.of(chosen, visibility=agent["visibility"], shared_with=agent["shared_with"])
+    decision = decide_release(caller, msgspec.structs.replace(gate, scopes=(), data_regions=()), exact_version=wanted.exact)
+    if not decision.allowed:
+        raise release_refusal(decision, ref=chosen.ref)
+    return Target(
+        tenant=chosen.tenant, agent_id=chosen.agent_id, skill_id=chosen.id, version=chosen.version,
+        scopes=tuple(chosen.scopes), requires_approval=chosen.requires_approval,
+    )
+
+
+async def evaluate(
+    registry: Registry, caller: Caller, req: TicketRequest, parent_token: str | None, *, trace_id: str | None
+) -> Plan:
+    """Every check of a ticket request, in contract order; a refusal is audited, then raised."""
+    now = int(time.time())
+    requested_ref = f"{req.audience}/{req.skill}@{req.version}"
+    context = dict(caller=caller, tenant=req.audience.partition("/")[0], ref=requested_ref, scopes=req.scopes,
+                   on_behalf_of=req.on_behalf_of, trace_id=trace_id)
+    try:
+        target = await resolve_target(registry, caller, req)
+    except ProblemError as error:
+        raise await refuse(registry, error, **context) from None
+    context.update(tenant=target.tenant, ref=target.ref)
+
+    if parent_token is None:
+        refusal = check_first_ticket(caller, req, target.scopes)
+        if refusal is not None:
+            raise await refuse(registry, refusal_error(refusal), **context)
+        return Plan(caller=caller, request=req, target=target, grant=first_ticket_grant(caller, req, now=now),
+                    root_jti=None, now=now)
+
+    def parent_invalid(message: str) -> ProblemError:
+        return ProblemError(403, "delegation_denied", message, reason=PARENT_INVALID)
+
+    try:
+        claims = await verified_ticket(registry, parent_token)
+    except InvalidTicket as exc:
+        raise await refuse(registry, parent_invalid(f"the parent ticket is not valid: {exc}"), **context) from None
+    state = await ticket_queries.ticket_state(registry.pool, claims.jti)
+    if state is None:
+        raise await refuse(registry, parent_invalid("the parent ticket is unknown to this registry"), **context)
+    # onBehalfOf is taken from the stored parent, not inferred from `sub` (see auth.tickets).
+    parent = msgspec.structs.replace(ParentTicket.from_claims(claims.as_dict()), on_behalf_of=state["on_behalf_of"])
+    refusal = check_redelegation(caller, req, parent, target.scopes, now=now)
+    if refusal is not None:
+        raise await refuse(registry, refusal_error(refusal), **context)
+    if state["chain_revoked"]:
+        raise await refuse(registry, parent_invalid("the parent ticket or one of its ancestors was revoked"), **context)
+    if state["capability_status"] == "retired":
+        raise await refuse(registry, parent_invalid("the parent ticket's capability version is retired"), **context)
+    return Plan(caller=caller, request=req, target=target, grant=child_ticket_grant(caller, req, parent, now=now),
+                root_jti=state["root_jti"], now=now)
+
+
+# ---------------------------------------------------------------------------
+# Minting
+
+
+def _at(epoch: int) -> datetime:
+    return datetime.fromtimestamp(epoch, timezone.utc)
+
+
+async def mint(
+    registry: Registry, plan: Plan, *, trace_id: str | None, idempotency: Idempotency | None = None,
+    approval_id: str | None = None,
+) -> TicketResponse:
+    """Sign the ticket, then store it and its `ticket.granted` event in one transaction.
+
+    Raises IdempotencyKeyTaken when a concurrent request with the same key got there first, and
+    AlreadyCollected when a concurrent fetch collected the approval; both roll back. A parent
+    revoked between evaluation and now is refused here (the tree lock orders the two).
+    """
+    # Pick up a rotation made by another process, so a retired key stops signing within seconds.
+    await registry.refresh_keyring()
+    keyring = registry.keyring
+    target, grant, caller = plan.target, plan.grant, plan.caller
+    jti = new_jti()
+    claims = ticket_claims(
+        grant, issuer=registry.settings.issuer, tenant=target.tenant,
+        cap=CapClaim(ref=target.ref, id=target.skill_id, version=target.version), jti=jti, now=plan.now,
+    )
+    token = sign_ticket(keyring, claims)
+    response = TicketResponse(
+        ticket=token, jti=jti, expires_at=_at(grant.exp), scopes=list(grant.scopes), resources=list(grant.resources),
+        ref=target.ref, depth=grant.depth, max_depth=grant.max_depth,
+    )
+    event = AuditEvent(
+        type="ticket.granted", outcome="allowed", tenant=target.tenant, actor_tenant=caller.tenant, actor=caller.sub,
+        on_behalf_of=grant.on_behalf_of, ref=target.ref, scopes=list(grant.scopes), trace_id=trace_id,
+    )
+    try:
+        async with registry.pool.acquire() as conn, conn.transaction():
+            if idempotency is not None and not await ticket_queries.claim_idempotency_key(
+                conn, idempotency.principal, idempotency.key, idempotency.body_hash
+            ):
+                raise IdempotencyKeyTaken
+            if grant.parent is not None:
+                assert plan.root_jti is not None
+                await ticket_queries.lock_tree(conn, plan.root_jti)
+                state = await ticket_queries.ticket_state(conn, grant.parent)
+                if state is None or state["chain_revoked"] or state["capability_status"] == "retired":
+                    raise ProblemError(403, "delegation_denied", "the parent ticket was revoked", reason=PARENT_INVALID)
+            await ticket_queries.insert_ticket(conn, {
+                "jti": jti, "parent_jti": grant.parent, "root_jti": plan.root_jti or jti,
+                "tenant": target.tenant, "agent_id": target.agent_id, "skill_id": target.skill_id,
+                "version": target.version, "ref": target.ref, "audience": grant.aud,
+                "actor": caller.principal, "actor_tenant": caller.tenant, "on_behalf_of": grant.on_behalf_of,
+                "scopes": list(grant.scopes), "resources": list(grant.resources), "depth": grant.depth,
+                "max_depth": grant.max_depth, "issued_at": datetime.now(timezone.utc), "expires_at": _at(grant.exp),
+                "act": grant.act, "kid": keyring.signing_kid,
+            })
+            if approval_id is not None and not await approval_queries.collect(conn, approval_id, jti):
+                raise AlreadyCollected
+            await append_events(conn, [event])
+            if idempotency is not None:
+                await ticket_queries.store_response(
+                    conn, idempotency.principal, idempotency.key, 201, msgspec.to_builtins(response)
+                )
+    except ProblemError as error:
+        raise await refuse(registry, error, caller=caller, tenant=target.tenant, ref=target.ref, scopes=grant.scopes,
+                           on_behalf_of=grant.on_behalf_of, trace_id=trace_id) from None
+    return response
+
+
+# ---------------------------------------------------------------------------
+# Approvals
+
+
+def approval_request_view(stored: dict[str, Any]) -> dict[str, Any]:
+    """The stored request as GET /v1/approvals shows it: the parent ticket (a bearer credential) is
+    replaced by its jti."""
+    return {k: v for k, v in stored.items() if k != "parentTicket"}
+
+
+async def request_approval(
+    registry: Registry, plan: Plan, body: TicketRequestBody, *, trace_id: str | None,
+    idempotency: Idempotency | None = None,
+) -> ApprovalView:
+    """Record a pending request for a `requiresApproval` capability and its `approval.requested` event."""
+    target, grant, caller = plan.target, plan.grant, plan.caller
+    approval_id = str(uuid.uuid4())
+    view = ApprovalView(approval_id=approval_id, status="pending")
+    stored = msgspec.to_builtins(body)
+    if grant.parent is not None:
+        stored["parent"] = grant.parent
+    async with registry.pool.acquire() as conn, conn.transaction():
+        if idempotency is not None and not await ticket_queries.claim_idempotency_key(
+            conn, idempotency.principal, idempotency.key, idempotency.body_hash
+        ):
+            raise IdempotencyKeyTaken
+        await approval_queries.insert_approval(conn, {
+            "approval_id": approval_id, "tenant": target.tenant, "agent_id": target.agent_id,
+            "skill_id": target.skill_id, "version": target.version, "ref": target.ref,
+            "requester": caller.principal, "requester_tenant": caller.tenant, "on_behalf_of": grant.on_behalf_of,
+            "scopes": list(grant.scopes), "request": stored,
+            "expires_at": _at(plan.now) + timedelta(seconds=registry.settings.approval_ttl),
+        })
+        await append_events(conn, [AuditEvent(
+            type="approval.requested", outcome="allowed", tenant=target.tenant, actor_tenant=caller.tenant,
+            actor=caller.sub, on_behalf_of=grant.on_behalf_of, ref=target.ref, scopes=list(grant.scopes),
+            trace_id=trace_id,
+        )])
+        if idempotency is not None:
+            await ticket_queries.store_response(
+                conn, idempotency.principal, idempotency.key, 202, msgspec.to_builtins(view)
+            )
+    return view
+
+
+def stored_ticket_request(approval) -> tuple[TicketRequestBody, str | None]:
+    """The body of an approved request, pinned to the version that was approved, and its parent ticket."""
+    stored = {k: v for k, v in approval["request"].items() if k != "parent"}
+    body = msgspec.convert(stored, TicketRequestBody)
+    return msgspec.structs.replace(body, version=approval["version"]), body.parent_ticket
