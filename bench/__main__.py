@@ -373,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     # pgserver keeps a runtime dir under XDG_RUNTIME_DIR and platformdirs warns when it is unset.
-    os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
+    os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="capreg-bench-run-"))  # mode 0700
     started = time.monotonic()
     warmup = min(1.0, args.duration * 0.2)
     home = Path(tempfile.mkdtemp(prefix="capreg-bench-"))
