@@ -276,6 +276,11 @@ class Capreg:
 
     def stop(self) -> None:
         stop(self.process)
+        # The embedded server stops when its last user exits: let it finish before its directory goes.
+        pid_file = self.home / "pgdata" / "postmaster.pid"
+        deadline = time.monotonic() + 15
+        while pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
         if self.database:
             asyncio.run(self._admin(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)'))
 
