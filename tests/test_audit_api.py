@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
+import re
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import jwt
 import msgspec
@@ -16,8 +19,10 @@ from registry.audit import AuditEvent, AuditRecord, record_hash
 from registry.checkpoints import Checkpoint, CheckpointInvalid, jwks_keys, verify_checkpoint
 from tests.audit_support import capreg_cli
 from tests.conftest import example
+from tests.ticket_support import register_finance, ticket_body
 
 BILLING = example("billing-agent.json")
+DOCS = Path(__file__).parent.parent / "docs" / "audit.md"
 FIELDS = {"seq", "at", "tenant", "actorTenant", "type", "actor", "onBehalfOf", "ref", "scopes", "outcome",
           "reason", "traceId", "hash", "prevHash"}
 
@@ -195,6 +200,8 @@ async def test_latest_checkpoint_is_public_and_verifies_with_the_jwks(client, db
     assert set(checkpoint) == {"seq", "hash", "at", "signature", "kid"}
     verify_with_jwks_only(checkpoint, await _jwks(client))
     assert await hash_at(db, checkpoint["seq"]) == checkpoint["hash"]
+    bad_token = await client.get("/v1/audit/checkpoints/latest", headers={"Authorization": "Bearer not.a.token"})
+    assert bad_token.status_code == 401 and bad_token.json()["code"] == "invalid_token"
 
 
 async def test_checkpoints_show_the_log_only_grew(client, mint, tenant, db, database_url, tmp_path):
@@ -231,3 +238,116 @@ async def test_a_checkpoint_with_changed_fields_or_another_token_type_does_not_v
     ):
         with pytest.raises(CheckpointInvalid):
             verify_checkpoint(forged, keys)
+
+
+# ---------------------------------------------------------------------------
+# GET /v1/audit/grants: live delegation grants, from the tickets the registry minted
+
+ROUTER_SCOPES = "invoice:read invoice:list ledger:read"
+
+
+async def mint_ticket(client, headers: dict, body: dict) -> dict:
+    response = await client.post("/v1/tickets", json=body, headers=headers)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+async def delegation_chain(client, mint, tenant: str) -> tuple[dict, dict]:
+    """router -> billing-agent (invoice lookup for user-19) -> ledger-agent (ledger read)."""
+    await register_finance(client, mint, tenant)
+    root = await mint_ticket(client, mint(tenant, "router", ROUTER_SCOPES), ticket_body(
+        tenant, scopes=["invoice:read", "invoice:list"], resources=["invoice:inv-1"], onBehalfOf="user-19",
+        ttlSeconds=600, maxDepth=1,
+    ))
+    child = await mint_ticket(client, mint(tenant, "billing-agent"), ticket_body(
+        tenant, "ledger-agent", "ledger.read", scopes=["invoice:read"], resources=["invoice:inv-1"], ttlSeconds=300,
+        maxDepth=0, parentTicket=root["ticket"],
+    ))
+    return root, child
+
+
+async def grants(client, headers, **params) -> list[dict]:
+    response = await client.get("/v1/audit/grants", params=params, headers=headers)
+    assert response.status_code == 200, response.text
+    return response.json()["items"]
+
+
+async def test_grant_report_names_holder_chain_scopes_and_capability(client, mint, tenant):
+    root, child = await delegation_chain(client, mint, tenant)
+    auditor = mint(tenant, "sec", "audit:read")
+    items = await grants(client, auditor)
+    assert [g["jti"] for g in items] == [root["jti"], child["jti"]]
+    first, second = items
+    assert set(first) >= {"actor", "onBehalfOf", "audience", "ref", "scopes", "resources", "jti", "issuedAt",
+                          "expiresAt", "depth", "act"}
+    assert first["actor"] == f"{tenant}/router" and first["onBehalfOf"] == "user-19"
+    assert first["audience"] == f"{tenant}/billing-agent" and first["ref"] == f"{tenant}/billing-agent/invoice.lookup@2.0.0"
+    assert sorted(first["scopes"]) == ["invoice:list", "invoice:read"] and first["resources"] == ["invoice:inv-1"]
+    assert first["depth"] == 0 and first["act"] == {"sub": f"{tenant}/router"} and first["active"] is True
+    assert datetime.fromisoformat(first["expiresAt"]) == datetime.fromisoformat(root["expiresAt"])
+    # The re-delegated grant: held through the whole chain, on behalf of the same user.
+    assert second["actor"] == f"{tenant}/billing-agent" and second["onBehalfOf"] == "user-19"
+    assert second["depth"] == 1 and second["parent"] == root["jti"]
+    assert second["act"] == {"sub": f"{tenant}/billing-agent", "act": {"sub": f"{tenant}/router"}}
+    assert second["ref"] == f"{tenant}/ledger-agent/ledger.read@1.0.0" and second["scopes"] == ["invoice:read"]
+
+    assert [g["jti"] for g in await grants(client, auditor, actor=f"{tenant}/router")] == [root["jti"]]
+    assert [g["jti"] for g in await grants(client, auditor, actor="billing-agent")] == [child["jti"]]
+    assert [g["jti"] for g in await grants(client, auditor, skill="ledger.read")] == [child["jti"]]
+    assert [g["jti"] for g in await grants(client, auditor, scope="invoice:list")] == [root["jti"]]
+    assert await grants(client, auditor, scope="ledger:write") == []
+
+    page = (await client.get("/v1/audit/grants", params={"limit": 1}, headers=auditor)).json()
+    rest = (await client.get("/v1/audit/grants", params={"limit": 1, "cursor": page["nextCursor"]}, headers=auditor)).json()
+    assert [g["jti"] for g in page["items"] + rest["items"]] == [root["jti"], child["jti"]] and rest["nextCursor"] is None
+
+
+async def test_grant_report_needs_audit_read_in_the_tenant(client, mint, tenant, other_tenant):
+    await delegation_chain(client, mint, tenant)
+    refused = await client.get("/v1/audit/grants", headers=mint(tenant, "router", ROUTER_SCOPES))
+    assert refused.status_code == 403 and refused.json()["code"] == "insufficient_scope"
+    assert await grants(client, mint(other_tenant, "sec", "audit:read")) == []
+    bad = await client.get("/v1/audit/grants", params={"cursor": "nope"}, headers=mint(tenant, "sec", "audit:read"))
+    assert bad.status_code == 400 and bad.json()["code"] == "invalid_request"
+
+
+async def test_revoked_expired_and_retired_grants_leave_the_live_report(client, mint, tenant, db):
+    root, child = await delegation_chain(client, mint, tenant)
+    auditor = mint(tenant, "sec", "audit:read")
+
+    # An ancestor revoked on its own (not through the API, which revokes descendants too) still ends the child.
+    await db.execute("UPDATE tickets SET revoked_at = now() WHERE jti = $1", root["jti"])
+    assert await grants(client, auditor) == []
+    inactive = await grants(client, auditor, active="false")
+    assert {g["jti"] for g in inactive} == {root["jti"], child["jti"]} and not any(g["active"] for g in inactive)
+
+    # Retiring the capability ends the grants on it.
+    second = await mint_ticket(client, mint(tenant, "router", ROUTER_SCOPES), ticket_body(tenant, ttlSeconds=600))
+    assert [g["jti"] for g in await grants(client, auditor)] == [second["jti"]]
+    retired = await client.post(f"/v1/agents/{tenant}/billing-agent/skills/invoice.lookup/versions/2.0.0/retire",
+                                headers=mint(tenant, "admin", "registry:admin"))
+    assert retired.status_code == 200, retired.text
+    assert await grants(client, auditor) == []
+
+    # So does expiry.
+    short = await mint_ticket(client, mint(tenant, "router", ROUTER_SCOPES),
+                              ticket_body(tenant, "ledger-agent", "ledger.read", ttlSeconds=1))
+    assert [g["jti"] for g in await grants(client, auditor)] == [short["jti"]]
+    await asyncio.sleep(1.2)
+    assert await grants(client, auditor) == []
+
+
+def docs_python(marker: str) -> str:
+    """The docs/audit.md ```python block containing `marker` (the test runs what the guide shows)."""
+    for block in re.findall(r"```python\n(.*?)```", DOCS.read_text(), re.DOTALL):
+        if marker in block:
+            return block
+    raise AssertionError(f"no python block with {marker!r} in docs/audit.md")
+
+
+def test_the_guides_checkpoint_snippet_verifies_a_real_servers_checkpoint(live_server):
+    base, _, _ = live_server
+    namespace: dict = {}
+    exec(docs_python("def verified_checkpoint"), namespace)  # noqa: S102 - our own documentation
+    checkpoint = namespace["verified_checkpoint"](base)
+    assert checkpoint["seq"] >= 0 and len(checkpoint["hash"]) == 64

@@ -41,3 +41,39 @@ async def test_chain_is_valid_after_concurrent_writers(client, mint, tenant, db)
         records = [r async for r in iter_all(conn)]
     assert verify_chain(records) is None
     assert [r.seq for r in records] == list(range(1, len(records) + 1))
+
+
+async def test_chain_is_gap_free_and_valid_with_mixed_concurrent_writers(client, mint, tenant, db):
+    """20 concurrent requests of every kind that writes the log: registrations, detail releases and
+    denials, ticket grants and refusals, lifecycle changes, and denials recorded in their own
+    transactions, interleaved."""
+    from tests.ticket_support import register_finance, ticket_body
+
+    await register_finance(client, mint, tenant)
+    start = await db.fetchval("SELECT seq FROM audit_head")
+    router = mint(tenant, "router", "invoice:read invoice:list ledger:read")
+    version = f"/v1/agents/{tenant}/billing-agent/skills/invoice.lookup/versions/2.0.0"
+    body = example("billing-agent.json")
+
+    def request(i: int):
+        kind = i % 5
+        if kind == 0:
+            return client.put(f"/v1/agents/{tenant}/extra-{i}", json=body, headers=mint(tenant, "ci", "registry:publish"))
+        if kind == 1:
+            return client.get(version, headers=router if i % 2 else mint(tenant, "nobody"))
+        if kind == 2:
+            return client.post("/v1/tickets", json=ticket_body(tenant, onBehalfOf=f"user-{i}"), headers=router)
+        if kind == 3:
+            return client.post("/v1/tickets", json=ticket_body(tenant, scopes=["invoice:write"]), headers=router)
+        return client.post(f"/v1/agents/{tenant}/ledger-agent/skills/ledger.read/versions/1.0.0/deprecate",
+                           json={"message": f"deprecation {i}"}, headers=mint(tenant, "admin", "registry:admin"))
+
+    responses = await asyncio.gather(*[request(i) for i in range(20)])
+    assert all(r.status_code in (200, 201, 403) for r in responses), [r.text for r in responses if r.status_code >= 400 and r.status_code != 403]
+    async with db.acquire() as conn:
+        records = [r async for r in iter_all(conn)]
+    assert verify_chain(records) is None
+    assert [r.seq for r in records] == list(range(1, len(records) + 1))
+    written = {r.type for r in records if r.seq > start and r.tenant == tenant}
+    assert written >= {"agent.registered", "version.published", "detail.released", "detail.denied",
+                       "ticket.granted", "ticket.denied", "version.deprecated"}

@@ -35,7 +35,7 @@ async def put(client, mint, tenant, body):
 
 async def test_breaking_change_under_minor_bump_is_refused_with_a_precise_report(client, mint, tenant, db):
     assert (await put(client, mint, tenant, card(lookup("2.0.0")))).status_code == 201
-    before = await count_rows(db, "capability_versions", tenant=tenant), await count_rows(db, "audit_events", tenant=tenant)
+    before = await count_rows(db, "capability_versions", tenant=tenant), await count_rows(db, "audit_events", tenant=tenant, outcome="allowed")
     breaking = with_required(lookup("2.1.0", scopes=["invoice:read", "invoice:admin"]), "customerId")
     response = await put(client, mint, tenant, card(lookup("2.0.0"), breaking))
     assert response.status_code == 409, response.text
@@ -47,7 +47,7 @@ async def test_breaking_change_under_minor_bump_is_refused_with_a_precise_report
     ), kinds
     assert any(k == "scope_added" and p == "/skills/1/scopes" for k, p in kinds), kinds
     assert all(e["message"] for e in problem["errors"])
-    after = await count_rows(db, "capability_versions", tenant=tenant), await count_rows(db, "audit_events", tenant=tenant)
+    after = await count_rows(db, "capability_versions", tenant=tenant), await count_rows(db, "audit_events", tenant=tenant, outcome="allowed")
     assert after == before
 
 

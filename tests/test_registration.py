@@ -17,7 +17,8 @@ async def snapshot(pool, tenant: str) -> tuple:
     return (
         await count_rows(pool, "agents", tenant=tenant),
         await count_rows(pool, "capability_versions", tenant=tenant),
-        await count_rows(pool, "audit_events", tenant=tenant),
+        # Refusals are audited (outcome denied); what a rejected request must not write is an allowed event.
+        await count_rows(pool, "audit_events", tenant=tenant, outcome="allowed"),
         await count_rows(pool, "changes", tenant=tenant),
     )
 

@@ -13,10 +13,12 @@ from litestar.params import JSONBody, PathParameter
 from auth.policy import can_see
 from db import agents as agent_queries
 from db import capabilities as capability_queries
+from db.audit import record_events
 from db.changes import record_change
+from registry.audit import AuditEvent
 from registry.cards import public_agent_card
 from registry.discovery import AgentView, agent_view, capability_version, public_capability
-from registry.problems import not_found, problem_responses, tenant_mismatch
+from registry.problems import ProblemError, insufficient_scope, not_found, problem_responses, tenant_mismatch
 from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN, AgentRegistration, PublicCapability
 from registry.registration import VersionRef, apply_registration, prepare_registration
 from registry.response_cache import CachedResponse, etag_of, expiry
@@ -71,15 +73,30 @@ async def register_agent(
     request: Request, tenant: TenantPath, agent_id: AgentPath, data: JSONBody[AgentRegistration]
 ) -> Response[RegistrationResponse]:
     registry = registry_of(request)
-    caller = await registry.require_caller(request, "registry:publish")
+    caller = await registry.require_caller(request)
+
+    async def refused(error: ProblemError, event_type: str) -> ProblemError:
+        # Refusals are audited (a publish into another tenant, a change to a published version);
+        # malformed bodies (400) and no-op re-registrations are not: nothing was decided or changed.
+        await record_events(registry.pool, [AuditEvent(
+            type=event_type, outcome="denied", tenant=tenant, actor_tenant=caller.tenant, actor=caller.sub,
+            ref=f"{tenant}/{agent_id}", reason=error.code, trace_id=trace_id_of(request),
+        )])
+        return error
+
+    if not caller.holds("registry:publish"):
+        raise await refused(insufficient_scope("registry:publish"), "agent.registered")
     if caller.tenant != tenant:
-        raise tenant_mismatch()
+        raise await refused(tenant_mismatch(), "agent.registered")
     prepared = prepare_registration(data)
     async with registry.pool.acquire() as conn:
-        result = await apply_registration(
-            conn, caller, tenant, agent_id, prepared,
-            trace_id=trace_id_of(request),
-        )
+        try:
+            result = await apply_registration(
+                conn, caller, tenant, agent_id, prepared,
+                trace_id=trace_id_of(request),
+            )
+        except ProblemError as error:  # 409 version_conflict or incompatible_change: nothing applied
+            raise await refused(error, "version.published") from None
         agent = await agent_queries.get_agent(conn, tenant, agent_id)
         skills = await capability_queries.latest_per_skill(conn, tenant, agent_id)
     body = RegistrationResponse(agent=agent_view(agent, skills), published=result.published, unchanged=result.unchanged)

@@ -211,10 +211,11 @@ async def list_grants(
         '{"iss", "iat", "seq", "hash", "at"}; verify it with /.well-known/jwks.json and compare the '
         "signed seq, hash and at with the fields beside it."
     ),
-    responses=problem_responses(503),
+    responses=problem_responses(401, 503),
 )
 async def latest_checkpoint(request: Request) -> Response[Checkpoint]:
     registry = registry_of(request)
+    await registry.caller(request)  # public, but a presented token must be valid (contract section 1)
     await registry.refresh_keyring()
     row = await checkpoint_queries.latest_checkpoint(registry.pool)
     # None yet, or signed with a key that has left the JWKS: sign the head now.
