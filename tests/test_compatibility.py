@@ -639,6 +639,8 @@ def instances(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
     if "enum" in schema:
         return st.sampled_from(schema["enum"])
     kind = schema.get("type")
+    if isinstance(kind, list):  # a widened type: instances of any of its members
+        return st.one_of(*(instances({**schema, "type": member}) for member in kind))
     if kind in ("integer", "number"):
         low, high = schema.get("minimum"), schema.get("maximum")
         if "exclusiveMinimum" in schema:
@@ -667,6 +669,8 @@ def instances(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
         return st.nothing() if low > high else st.text(alphabet=alphabet, min_size=low, max_size=high)
     if kind == "boolean":
         return st.booleans()
+    if kind == "null":
+        return st.none()
     if kind == "array":
         low = schema.get("minItems", 0)
         items = instances(schema["items"])
@@ -680,7 +684,7 @@ def instances(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
             max_size=schema.get("maxItems", low + 3),
             unique=bool(schema.get("uniqueItems")),
         )
-    properties = schema["properties"]
+    properties = schema.get("properties", {})
     required = set(schema.get("required", []))
     declared = st.fixed_dictionaries(
         {name: instances(properties[name]) for name in properties if name in required},

@@ -134,7 +134,8 @@ async def test_deprecate_shows_in_discovery_and_retire_removes(client, mint, ten
     types = [r["type"] for r in await db.fetch("SELECT type FROM audit_events WHERE tenant = $1 ORDER BY seq", tenant)]
     assert types.count("version.deprecated") == 2 and types.count("version.retired") == 1  # one refused deprecate
     outcomes = await db.fetch(
-        "SELECT type, outcome, reason FROM audit_events WHERE tenant = $1 AND outcome = 'denied'", tenant
+        "SELECT type, outcome, reason FROM audit_events WHERE tenant = $1 AND outcome = 'denied' AND type LIKE 'version.%'",
+        tenant,
     )
     assert [(r["type"], r["reason"]) for r in outcomes] == [("version.deprecated", "retired")]
 

@@ -116,7 +116,7 @@ async def _discovery_page(registry, *, viewer, tags, side_effect_max, versions, 
 )
 async def changes(
     request: Request,
-    after: Annotated[int, QueryParameter(ge=0)] = 0,
+    after: Annotated[int, QueryParameter(ge=0, le=2**63 - 1)] = 0,
     wait: Annotated[int, QueryParameter(ge=0, le=30, description="seconds to long-poll when empty")] = 0,
     limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 500,
 ) -> ChangePage:
