@@ -42,12 +42,6 @@ async def append_events(conn: asyncpg.Connection, events: list[AuditEvent]) -> l
     return [row[0] for row in rows]
 
 
-async def record_events(pool: asyncpg.Pool, events: list[AuditEvent]) -> None:
-    """Append events in a transaction of their own (denials: the request changes nothing else)."""
-    async with pool.acquire() as conn, conn.transaction():
-        await append_events(conn, events)
-
-
 def _record(row: asyncpg.Record) -> AuditRecord:
     return AuditRecord(**dict(row))
 

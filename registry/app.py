@@ -9,9 +9,8 @@ from contextlib import asynccontextmanager
 from litestar import Litestar
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
-from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
-from prometheus_client import REGISTRY, Gauge
+from litestar import Response, get
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from auth.keys import ensure_signing_key, load_keyring
 from db.embedded import resolve_database_url
@@ -21,53 +20,9 @@ from registry.config import Settings, load_settings
 from registry.problems import handle_exception
 from registry.routes import agents, audit, details, discovery, lifecycle, ops, tickets
 from registry.service import ChangeWatcher, Registry
-from registry.tracing import new_trace_id, trace_id_from
+from registry.observability import RequestMetrics, observability_middleware
 
 log = logging.getLogger("capreg")
-
-def trace_middleware(app: ASGIApp) -> ASGIApp:
-    """Adopt the W3C traceparent's trace id (or make one) and echo it as X-Trace-Id."""
-
-    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await app(scope, receive, send)
-            return
-        traceparent = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"traceparent"), None)
-        trace_id = trace_id_from(traceparent) or new_trace_id()
-        scope.setdefault("state", {})["trace_id"] = trace_id
-
-        async def send_with_trace(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers") or [])
-                if not any(name.lower() == b"x-trace-id" for name, _ in headers):  # problem responses set it
-                    headers.append((b"x-trace-id", trace_id.encode()))
-                message["headers"] = headers
-            await send(message)
-
-        await app(scope, receive, send_with_trace)
-
-    return middleware
-
-
-class _PoolGauges:
-    """Prometheus gauges reading the pool of whichever app is current in this process."""
-
-    registry: Registry | None = None
-
-    def __init__(self) -> None:
-        existing = getattr(REGISTRY, "_names_to_collectors", {})
-        if "capreg_db_pool_size" in existing:
-            return
-        Gauge("capreg_db_pool_size", "connections open in the pool").set_function(
-            lambda: self.registry.pool.get_size() if self.registry else 0
-        )
-        Gauge("capreg_db_pool_idle", "idle connections in the pool").set_function(
-            lambda: self.registry.pool.get_idle_size() if self.registry else 0
-        )
-
-
-_pool_gauges = _PoolGauges()
-
 
 def create_app(settings: Settings | None = None) -> Litestar:
     settings = settings or load_settings()
@@ -85,30 +40,36 @@ def create_app(settings: Settings | None = None) -> Litestar:
             await watcher.start(pool)
             registry = Registry(settings, pool, keyring, watcher)
             app.state.registry = registry
-            _pool_gauges.registry = registry
+            registry.writes.start()
+            metrics.gauges = [
+                ("capreg_db_pool_size", "connections open in the pool", pool.get_size),
+                ("capreg_db_pool_idle", "idle connections in the pool", pool.get_idle_size),
+            ]
             checkpoints = audit.start_checkpoints(registry)
             try:
                 yield
             finally:
                 await audit.stop_checkpoints(checkpoints)
+                await registry.writes.stop()
                 await watcher.stop()
         finally:
             await pool.close()
             del embedded  # the embedded server handle stops the server when its last user exits
 
-    prometheus = PrometheusConfig(app_name="capreg", prefix="capreg", group_path=True, exclude=["/metrics"])
+    metrics = RequestMetrics()
+    exposition = metrics.registry()
 
-    class Metrics(PrometheusController):
-        path = "/metrics"
-        include_in_schema = False
+    @get("/metrics", include_in_schema=False)
+    async def serve_metrics() -> Response:
+        return Response(generate_latest(exposition), media_type=CONTENT_TYPE_LATEST)
 
     return Litestar(
         route_handlers=[
             *agents.ROUTES, *discovery.ROUTES, *details.ROUTES, *lifecycle.ROUTES, *tickets.ROUTES,
-            *audit.ROUTES, *ops.ROUTES, Metrics,
+            *audit.ROUTES, *ops.ROUTES, serve_metrics,
         ],
         lifespan=[lifespan],
-        middleware=[trace_middleware, prometheus.middleware],
+        middleware=[observability_middleware(metrics)],
         exception_handlers={Exception: handle_exception},
         request_max_body_size=settings.max_body,
         openapi_config=OpenAPIConfig(

@@ -37,7 +37,7 @@ from db import agents as agent_queries
 from db import approvals as approval_queries
 from db import capabilities as capability_queries
 from db import tickets as ticket_queries
-from db.audit import append_events, record_events
+from db.group_commit import WriteScope
 from registry.audit import AuditEvent
 from registry.discovery import capability_ref, capability_version
 from registry.problems import ErrorItem, ProblemError, decode_error_item, invalid_request, json_pointer, not_found
@@ -189,7 +189,7 @@ async def refuse(
     event_type: str = "ticket.denied",
 ) -> ProblemError:
     """Audit a refusal in its own transaction and return the error to raise."""
-    await record_events(registry.pool, [AuditEvent(
+    await registry.writes.record([AuditEvent(
         type=event_type, outcome="denied", tenant=tenant,
         actor_tenant=caller.tenant if caller else None, actor=caller.sub if caller else None,
         on_behalf_of=on_behalf_of, ref=ref, scopes=sorted(set(scopes)),
@@ -324,34 +324,38 @@ async def mint(
         type="ticket.granted", outcome="allowed", tenant=target.tenant, actor_tenant=caller.tenant, actor=caller.sub,
         on_behalf_of=grant.on_behalf_of, ref=target.ref, scopes=list(grant.scopes), trace_id=trace_id,
     )
+
+    async def write(scope: WriteScope) -> None:
+        conn = scope.conn
+        if idempotency is not None and not await ticket_queries.claim_idempotency_key(
+            conn, idempotency.principal, idempotency.key, idempotency.body_hash
+        ):
+            raise IdempotencyKeyTaken
+        if grant.parent is not None:
+            assert plan.root_jti is not None
+            await ticket_queries.lock_tree(conn, plan.root_jti)
+            state = await ticket_queries.ticket_state(conn, grant.parent)
+            if state is None or state["chain_revoked"] or state["capability_status"] == "retired":
+                raise ProblemError(403, "delegation_denied", "the parent ticket was revoked", reason=PARENT_INVALID)
+        await ticket_queries.insert_ticket(conn, {
+            "jti": jti, "parent_jti": grant.parent, "root_jti": plan.root_jti or jti,
+            "tenant": target.tenant, "agent_id": target.agent_id, "skill_id": target.skill_id,
+            "version": target.version, "ref": target.ref, "audience": grant.aud,
+            "actor": caller.principal, "actor_tenant": caller.tenant, "on_behalf_of": grant.on_behalf_of,
+            "scopes": list(grant.scopes), "resources": list(grant.resources), "depth": grant.depth,
+            "max_depth": grant.max_depth, "issued_at": datetime.now(timezone.utc), "expires_at": _at(grant.exp),
+            "act": grant.act, "kid": keyring.signing_kid,
+        })
+        if approval_id is not None and not await approval_queries.collect(conn, approval_id, jti):
+            raise AlreadyCollected
+        scope.audit(event)
+        if idempotency is not None:
+            await ticket_queries.store_response(
+                conn, idempotency.principal, idempotency.key, 201, msgspec.to_builtins(response)
+            )
+
     try:
-        async with registry.pool.acquire() as conn, conn.transaction():
-            if idempotency is not None and not await ticket_queries.claim_idempotency_key(
-                conn, idempotency.principal, idempotency.key, idempotency.body_hash
-            ):
-                raise IdempotencyKeyTaken
-            if grant.parent is not None:
-                assert plan.root_jti is not None
-                await ticket_queries.lock_tree(conn, plan.root_jti)
-                state = await ticket_queries.ticket_state(conn, grant.parent)
-                if state is None or state["chain_revoked"] or state["capability_status"] == "retired":
-                    raise ProblemError(403, "delegation_denied", "the parent ticket was revoked", reason=PARENT_INVALID)
-            await ticket_queries.insert_ticket(conn, {
-                "jti": jti, "parent_jti": grant.parent, "root_jti": plan.root_jti or jti,
-                "tenant": target.tenant, "agent_id": target.agent_id, "skill_id": target.skill_id,
-                "version": target.version, "ref": target.ref, "audience": grant.aud,
-                "actor": caller.principal, "actor_tenant": caller.tenant, "on_behalf_of": grant.on_behalf_of,
-                "scopes": list(grant.scopes), "resources": list(grant.resources), "depth": grant.depth,
-                "max_depth": grant.max_depth, "issued_at": datetime.now(timezone.utc), "expires_at": _at(grant.exp),
-                "act": grant.act, "kid": keyring.signing_kid,
-            })
-            if approval_id is not None and not await approval_queries.collect(conn, approval_id, jti):
-                raise AlreadyCollected
-            await append_events(conn, [event])
-            if idempotency is not None:
-                await ticket_queries.store_response(
-                    conn, idempotency.principal, idempotency.key, 201, msgspec.to_builtins(response)
-                )
+        await registry.writes.run(write)
     except ProblemError as error:
         raise await refuse(registry, error, caller=caller, tenant=target.tenant, ref=target.ref, scopes=grant.scopes,
                            on_behalf_of=grant.on_behalf_of, trace_id=trace_id) from None
@@ -379,7 +383,9 @@ async def request_approval(
     stored = msgspec.to_builtins(body)
     if grant.parent is not None:
         stored["parent"] = grant.parent
-    async with registry.pool.acquire() as conn, conn.transaction():
+
+    async def write(scope: WriteScope) -> None:
+        conn = scope.conn
         if idempotency is not None and not await ticket_queries.claim_idempotency_key(
             conn, idempotency.principal, idempotency.key, idempotency.body_hash
         ):
@@ -391,15 +397,17 @@ async def request_approval(
             "scopes": list(grant.scopes), "request": stored,
             "expires_at": _at(plan.now) + timedelta(seconds=registry.settings.approval_ttl),
         })
-        await append_events(conn, [AuditEvent(
+        scope.audit(AuditEvent(
             type="approval.requested", outcome="allowed", tenant=target.tenant, actor_tenant=caller.tenant,
             actor=caller.sub, on_behalf_of=grant.on_behalf_of, ref=target.ref, scopes=list(grant.scopes),
             trace_id=trace_id,
-        )])
+        ))
         if idempotency is not None:
             await ticket_queries.store_response(
                 conn, idempotency.principal, idempotency.key, 202, msgspec.to_builtins(view)
             )
+
+    await registry.writes.run(write)
     return view
 
 

@@ -8,15 +8,13 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-import asyncpg
 import jsonschema_rs
 import msgspec
 
 from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
-from db.audit import append_events
-from db.changes import record_change
+from db.group_commit import WriteScope
 from registry.audit import AuditEvent
 from registry.cards import a2a_card_dict, normalize_registration
 from registry.problems import ErrorItem, ProblemError, invalid_request
@@ -232,7 +230,7 @@ class RegistrationResult(msgspec.Struct):
 
 
 async def apply_registration(
-    conn: asyncpg.Connection,
+    scope: WriteScope,
     caller: Caller,
     tenant: str,
     agent_id: str,
@@ -240,7 +238,9 @@ async def apply_registration(
     *,
     trace_id: str | None,
 ) -> RegistrationResult:
-    """Write a prepared registration in one transaction; raises ProblemError (nothing applied) on conflict."""
+    """Write a prepared registration as one write of a group commit (db.group_commit): raises
+    ProblemError on a conflict, and its savepoint rolls back with nothing applied."""
+    conn = scope.conn
     reg = prepared.registration
     fields = {
         "name": reg.name,
@@ -253,8 +253,6 @@ async def apply_registration(
         "card_hash": prepared.card_hash,
     }
     agent_ref = f"{tenant}/{agent_id}"
-    audit: list[AuditEvent] = []
-    changes: list[tuple[str, str]] = []
 
     def event(type_: str, ref: str, scopes: list[str] | None = None) -> AuditEvent:
         return AuditEvent(
@@ -262,62 +260,57 @@ async def apply_registration(
             ref=ref, scopes=scopes or [], trace_id=trace_id,
         )
 
-    async with conn.transaction():
-        await agent_queries.lock_agent(conn, tenant, agent_id)
-        existing = await agent_queries.get_agent(conn, tenant, agent_id)
-        created = existing is None
-        agent_changed = created or (
-            existing["card_hash"] != prepared.card_hash
-            or existing["visibility"] != fields["visibility"]
-            or list(existing["shared_with"]) != fields["shared_with"]
-        )
-        if created:
-            await agent_queries.insert_agent(conn, tenant, agent_id, fields)
-        elif agent_changed:
-            await agent_queries.update_agent(conn, tenant, agent_id, fields)
-        if agent_changed:
-            audit.append(event("agent.registered", agent_ref))
-            changes.append(("agent.registered", agent_ref))
+    await agent_queries.lock_agent(conn, tenant, agent_id)
+    existing = await agent_queries.get_agent(conn, tenant, agent_id)
+    created = existing is None
+    agent_changed = created or (
+        existing["card_hash"] != prepared.card_hash
+        or existing["visibility"] != fields["visibility"]
+        or list(existing["shared_with"]) != fields["shared_with"]
+    )
+    if created:
+        await agent_queries.insert_agent(conn, tenant, agent_id, fields)
+    elif agent_changed:
+        await agent_queries.update_agent(conn, tenant, agent_id, fields)
+    if agent_changed:
+        scope.audit(event("agent.registered", agent_ref))
+        scope.change("agent.registered", tenant, agent_id, agent_ref)
 
-        hashes = await capability_queries.content_hashes(conn, tenant, agent_id)
-        conflicts: list[ErrorItem] = []
-        published: list[VersionRef] = []
-        unchanged: list[VersionRef] = []
-        new_skills: list[PreparedSkill] = []
-        for index, skill in enumerate(prepared.skills):
-            ref = VersionRef(id=skill.skill.id, version=skill.skill.version)
-            stored = hashes.get((skill.skill.id, skill.skill.version))
-            if stored is None:
-                new_skills.append(skill)
-                published.append(ref)
-            elif stored == skill.content_hash:
-                unchanged.append(ref)
-            else:
-                conflicts.append(ErrorItem(
-                    path=f"/skills/{index}",
-                    message=f"{skill.skill.id}@{skill.skill.version} is already published with different content; publish a new version",
-                ))
-        if conflicts:
-            raise ProblemError(409, "version_conflict", "published versions are immutable", errors=conflicts)
-        if new_skills:
-            stored = await capability_queries.version_contracts(conn, tenant, agent_id)
-            breaking = incompatibilities(
-                [(r["skill_id"], Version.parse(r["version"]), skill_contract(r)) for r in stored],
-                [(prepared.skills.index(p), p.skill.id, p.version, skill_content(p.skill, p.requires_approval)) for p in new_skills],
+    hashes = await capability_queries.content_hashes(conn, tenant, agent_id)
+    conflicts: list[ErrorItem] = []
+    published: list[VersionRef] = []
+    unchanged: list[VersionRef] = []
+    new_skills: list[PreparedSkill] = []
+    for index, skill in enumerate(prepared.skills):
+        ref = VersionRef(id=skill.skill.id, version=skill.skill.version)
+        stored = hashes.get((skill.skill.id, skill.skill.version))
+        if stored is None:
+            new_skills.append(skill)
+            published.append(ref)
+        elif stored == skill.content_hash:
+            unchanged.append(ref)
+        else:
+            conflicts.append(ErrorItem(
+                path=f"/skills/{index}",
+                message=f"{skill.skill.id}@{skill.skill.version} is already published with different content; publish a new version",
+            ))
+    if conflicts:
+        raise ProblemError(409, "version_conflict", "published versions are immutable", errors=conflicts)
+    if new_skills:
+        stored = await capability_queries.version_contracts(conn, tenant, agent_id)
+        breaking = incompatibilities(
+            [(r["skill_id"], Version.parse(r["version"]), skill_contract(r)) for r in stored],
+            [(prepared.skills.index(p), p.skill.id, p.version, skill_content(p.skill, p.requires_approval)) for p in new_skills],
+        )
+        if breaking:
+            raise ProblemError(
+                409, "incompatible_change",
+                "a new minor or patch version must stay compatible with the versions before it",
+                errors=breaking,
             )
-            if breaking:
-                raise ProblemError(
-                    409, "incompatible_change",
-                    "a new minor or patch version must stay compatible with the versions before it",
-                    errors=breaking,
-                )
-        for skill in new_skills:
-            await capability_queries.insert_version(conn, _version_row(tenant, agent_id, skill))
-            ref = f"{agent_ref}/{skill.skill.id}@{skill.skill.version}"
-            audit.append(event("version.published", ref, sorted(set(skill.skill.scopes))))
-            changes.append(("version.published", ref))
-        # Sequence-advancing statements last: their row locks are held until commit.
-        for kind, ref in changes:
-            await record_change(conn, kind, tenant, agent_id, ref)
-        await append_events(conn, audit)
+    for skill in new_skills:
+        await capability_queries.insert_version(conn, _version_row(tenant, agent_id, skill))
+        ref = f"{agent_ref}/{skill.skill.id}@{skill.skill.version}"
+        scope.audit(event("version.published", ref, sorted(set(skill.skill.scopes))))
+        scope.change("version.published", tenant, agent_id, ref)
     return RegistrationResult(created=created or bool(published), published=published, unchanged=unchanged)

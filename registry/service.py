@@ -15,6 +15,7 @@ from auth.keys import Keyring, load_keyring
 from auth.principal import Caller
 from auth.tokens import InvalidToken, TokenVerifier
 from db.changes import CHANGE_CHANNEL, LOCAL_CHANGE_LISTENERS, current_seq
+from db.group_commit import GroupCommit
 from db.pool import connect
 from registry.config import Settings
 from registry.problems import insufficient_scope, invalid_token
@@ -113,6 +114,8 @@ class Registry:
             external=load_external_issuers(settings.trusted_issuers),
         )
         self._keyring_lock = asyncio.Lock()
+        # Audited writes of concurrent requests share one transaction and commit (db.group_commit).
+        self.writes = GroupCommit(pool)
         # Discovery pages and public cards, valid for one change sequence number (registry.response_cache).
         self.responses = ResponseCache()
 

@@ -13,7 +13,6 @@ from litestar.params import JSONBody, PathParameter
 from auth.policy import can_see
 from db import agents as agent_queries
 from db import capabilities as capability_queries
-from db.audit import record_events
 from db.changes import record_change
 from registry.audit import AuditEvent
 from registry.cards import public_agent_card
@@ -78,7 +77,7 @@ async def register_agent(
     async def refused(error: ProblemError, event_type: str) -> ProblemError:
         # Refusals are audited (a publish into another tenant, a change to a published version);
         # malformed bodies (400) and no-op re-registrations are not: nothing was decided or changed.
-        await record_events(registry.pool, [AuditEvent(
+        await registry.writes.record([AuditEvent(
             type=event_type, outcome="denied", tenant=tenant, actor_tenant=caller.tenant, actor=caller.sub,
             ref=f"{tenant}/{agent_id}", reason=error.code, trace_id=trace_id_of(request),
         )])
@@ -89,14 +88,13 @@ async def register_agent(
     if caller.tenant != tenant:
         raise await refused(tenant_mismatch(), "agent.registered")
     prepared = prepare_registration(data)
+    try:
+        result = await registry.writes.run(
+            lambda scope: apply_registration(scope, caller, tenant, agent_id, prepared, trace_id=trace_id_of(request))
+        )
+    except ProblemError as error:  # 409 version_conflict or incompatible_change: nothing applied
+        raise await refused(error, "version.published") from None
     async with registry.pool.acquire() as conn:
-        try:
-            result = await apply_registration(
-                conn, caller, tenant, agent_id, prepared,
-                trace_id=trace_id_of(request),
-            )
-        except ProblemError as error:  # 409 version_conflict or incompatible_change: nothing applied
-            raise await refused(error, "version.published") from None
         agent = await agent_queries.get_agent(conn, tenant, agent_id)
         skills = await capability_queries.latest_per_skill(conn, tenant, agent_id)
     body = RegistrationResponse(agent=agent_view(agent, skills), published=result.published, unchanged=result.unchanged)

@@ -19,7 +19,6 @@ from litestar.params import JSONBody, PathParameter, QueryParameter
 from auth.policy import NOT_FOUND, CapabilityGate, Decision, can_see, decide_release
 from auth.principal import Caller
 from db import agents as agent_queries
-from db import audit as audit_queries
 from db import capabilities as capability_queries
 from registry.arguments import Mode, ValidationReport, validate_arguments
 from registry.cards import extended_agent_card, mcp_tool, openai_tool
@@ -82,7 +81,7 @@ async def release(
 
     async def denied(decision: Decision, *, ref: str, scopes: Sequence[str] = ()) -> ProblemError:
         event = release_event(caller, tenant=tenant, ref=ref, decision=decision, scopes=scopes, trace_id=trace_id)
-        await audit_queries.record_events(registry.pool, [event])
+        await registry.writes.record([event])
         return refusal(decision, ref=ref)
 
     agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
@@ -101,7 +100,7 @@ async def release(
     if not decision.allowed:
         raise await denied(decision, ref=chosen.ref, scopes=chosen.scopes)
     event = release_event(caller, tenant=tenant, ref=chosen.ref, decision=decision, scopes=chosen.scopes, trace_id=trace_id)
-    await audit_queries.record_events(registry.pool, [event])
+    await registry.writes.record([event])
     return registry, caller, Released(cap=chosen, row=row, agent=agent)
 
 
@@ -147,7 +146,7 @@ async def get_extended_agent_card(request: Request, tenant: TenantPath, agent_id
         caller, tenant=agent["tenant"], visibility=agent["visibility"], shared_with=agent["shared_with"]
     ):
         event = release_event(caller, tenant=tenant, ref=f"{tenant}/{agent_id}", decision=NOT_FOUND, trace_id=trace_id)
-        await audit_queries.record_events(registry.pool, [event])
+        await registry.writes.record([event])
         raise not_found("no such agent")
     rows = await capability_queries.latest_per_skill(registry.pool, tenant, agent_id, detail=True)
     passed, events = [], []
@@ -157,7 +156,7 @@ async def get_extended_agent_card(request: Request, tenant: TenantPath, agent_id
         events.append(release_event(caller, tenant=tenant, ref=cap.ref, decision=decision, scopes=cap.scopes, trace_id=trace_id))
         if decision.allowed:
             passed.append(cap)
-    await audit_queries.record_events(registry.pool, events)
+    await registry.writes.record(events)
     base_url = f"{registry.public_url(request)}/v1/agents/{tenant}/{agent_id}"
     if not passed:
         return withheld_extended_card(agent["card"], base_url=base_url)

@@ -13,8 +13,7 @@ from auth.policy import can_see
 from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
-from db.audit import append_events, record_events
-from db.changes import record_change
+from db.group_commit import WriteScope
 from registry.audit import AuditEvent
 from registry.compatibility import check_compatibility
 from registry.discovery import capability_ref, public_capability
@@ -58,7 +57,7 @@ async def _change_lifecycle(
     ref = capability_ref(tenant, agent_id, skill_id, version)
 
     async def refuse(error: ProblemError) -> ProblemError:
-        await record_events(registry.pool, [AuditEvent(
+        await registry.writes.record([AuditEvent(
             type=event_type, outcome="denied", tenant=tenant, actor_tenant=caller.tenant, actor=caller.sub,
             ref=ref, reason=error.code, trace_id=trace_id,
         )])
@@ -76,21 +75,22 @@ async def _change_lifecycle(
         Version.parse(version)
     except InvalidVersion:
         raise await refuse(invalid_request("lifecycle changes name an exact version", [ErrorItem(path="version", message="not a semantic version")])) from None
-    async with registry.pool.acquire() as conn:
-        try:
-            async with conn.transaction():
-                status = await capability_queries.lock_version_status(conn, tenant, agent_id, skill_id, version)
-                if status is None:
-                    raise not_found("no such capability version")
-                if await apply(conn, status):
-                    await record_change(conn, event_type, tenant, agent_id, ref)
-                    await append_events(conn, [AuditEvent(
-                        type=event_type, outcome="allowed", tenant=tenant, actor_tenant=caller.tenant,
-                        actor=caller.sub, ref=ref, trace_id=trace_id,
-                    )])
-        except ProblemError as error:
-            raise await refuse(error) from None
-        rows = await capability_queries.skill_versions(conn, tenant, agent_id, skill_id)
+    async def write(scope: WriteScope) -> None:
+        status = await capability_queries.lock_version_status(scope.conn, tenant, agent_id, skill_id, version)
+        if status is None:
+            raise not_found("no such capability version")
+        if await apply(scope.conn, status):
+            scope.change(event_type, tenant, agent_id, ref)
+            scope.audit(AuditEvent(
+                type=event_type, outcome="allowed", tenant=tenant, actor_tenant=caller.tenant,
+                actor=caller.sub, ref=ref, trace_id=trace_id,
+            ))
+
+    try:
+        await registry.writes.run(write)
+    except ProblemError as error:
+        raise await refuse(error) from None
+    rows = await capability_queries.skill_versions(registry.pool, tenant, agent_id, skill_id)
     return public_capability(next(r for r in rows if r["version"] == version))
 
 

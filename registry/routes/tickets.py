@@ -23,7 +23,7 @@ from auth.principal import Caller
 from auth.tickets import InvalidTicket
 from db import approvals as approval_queries
 from db import tickets as ticket_queries
-from db.audit import append_events
+from db.group_commit import WriteScope
 from registry.audit import AuditEvent
 from registry.delegation import (
     AlreadyCollected,
@@ -233,11 +233,11 @@ async def revoke_ticket(request: Request, jti: JtiPath) -> RevocationResponse:
         raise await refuse(registry, error, caller=caller, tenant=ticket["tenant"], ref=ticket["ref"],
                            scopes=ticket["scopes"], on_behalf_of=ticket["on_behalf_of"], trace_id=trace_id,
                            event_type="ticket.revoked")
-    async with registry.pool.acquire() as conn, conn.transaction():
-        await ticket_queries.lock_tree(conn, ticket["root_jti"])
-        revoked = await ticket_queries.revoke_tree(conn, jti)
+    async def write(scope: WriteScope) -> list:
+        await ticket_queries.lock_tree(scope.conn, ticket["root_jti"])
+        revoked = await ticket_queries.revoke_tree(scope.conn, jti)
         revoked.sort(key=lambda row: (row["depth"], row["jti"]))
-        await append_events(conn, [
+        scope.audit(*(
             AuditEvent(
                 type="ticket.revoked", outcome="allowed", tenant=row["tenant"], actor_tenant=caller.tenant,
                 actor=caller.sub, on_behalf_of=row["on_behalf_of"], ref=row["ref"], scopes=list(row["scopes"]),
@@ -245,7 +245,10 @@ async def revoke_ticket(request: Request, jti: JtiPath) -> RevocationResponse:
                 reason=None if row["jti"] == jti else "ancestor_revoked", trace_id=trace_id,
             )
             for row in revoked
-        ])
+        ))
+        return revoked
+
+    revoked = await registry.writes.run(write)
     return RevocationResponse(jti=jti, revoked=[row["jti"] for row in revoked])
 
 
@@ -328,17 +331,19 @@ async def _decide(request: Request, approval_id: str, decision: str) -> Approval
         elif refusal.code == "tenant_mismatch":
             error = tenant_mismatch()
         raise await refuse(registry, error, **audit)
-    async with registry.pool.acquire() as conn, conn.transaction():
-        if await approval_queries.decide(conn, approval_id, decision, caller.principal):
-            await append_events(conn, [AuditEvent(
+    async def write(scope: WriteScope) -> None:
+        if await approval_queries.decide(scope.conn, approval_id, decision, caller.principal):
+            scope.audit(AuditEvent(
                 type="approval.decided", outcome="allowed" if decision == "approved" else "denied",
                 tenant=approval["tenant"], actor_tenant=caller.tenant, actor=caller.sub,
                 on_behalf_of=approval["on_behalf_of"], ref=approval["ref"], scopes=list(approval["scopes"]),
                 # A denial by the approver, as opposed to a refused attempt to decide.
                 reason=None if decision == "approved" else "approval_denied", trace_id=trace_id,
-            )])
-        # Deciding again, or too late, changes nothing: the answer shows the approval as it stands.
-        approval = await approval_queries.get_approval(conn, approval_id)
+            ))
+
+    await registry.writes.run(write)
+    # Deciding again, or too late, changes nothing: the answer shows the approval as it stands.
+    approval = await approval_queries.get_approval(registry.pool, approval_id)
     return _approval_view(approval)
 
 

@@ -1,0 +1,145 @@
+"""Group commit for audited writes: concurrent requests' writes share one transaction and one commit.
+
+Every audited write ends by advancing the change sequence and the audit chain, two single-row heads
+whose locks are held until commit. One transaction per request therefore serializes the whole
+registry behind one fsync per request. Here a process queues its writes; one task runs each queued
+write in its own savepoint of a shared transaction, then advances both heads once for the batch and
+commits. Nobody's answer leaves before the commit that makes it durable, and a write that fails
+rolls back to its savepoint alone.
+
+Writes take only their own row or advisory locks while they run; the two global heads are locked
+last, once per batch, always in the same order, so batches of different processes cannot deadlock
+on them. Should two batches still deadlock on their own locks, each write is retried on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import asyncpg
+
+from db.audit import append_events
+from db.changes import record_change
+from registry.audit import AuditEvent
+
+log = logging.getLogger("capreg.db")
+
+T = TypeVar("T")
+_RETRY_ALONE = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
+
+
+class WriteScope:
+    """What one write sees: the batch's connection (inside its savepoint), and the audit events
+    and changes it records, which are appended only if the write succeeds."""
+
+    def __init__(self, conn: asyncpg.Connection):
+        self.conn = conn
+        self.events: list[AuditEvent] = []
+        self.changes: list[tuple[str, str, str, str]] = []
+
+    def audit(self, *events: AuditEvent) -> None:
+        self.events.extend(events)
+
+    def change(self, kind: str, tenant: str, agent_id: str, ref: str) -> None:
+        self.changes.append((kind, tenant, agent_id, ref))
+
+
+Write = Callable[[WriteScope], Awaitable[Any]]
+
+
+class GroupCommit:
+    def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 128):
+        self.pool = pool
+        self.max_batch = max_batch
+        self._queue: list[tuple[Write, asyncio.Future]] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for _, future in self._queue:
+            if not future.done():
+                future.set_exception(ConnectionError("the registry is shutting down"))
+
+    async def run(self, write: Callable[[WriteScope], Awaitable[T]]) -> T:
+        """Run `write` in the next batch; returns its result once the batch has committed."""
+        future = asyncio.get_running_loop().create_future()
+        self._queue.append((write, future))
+        self._wake.set()
+        return await future
+
+    async def record(self, events: list[AuditEvent]) -> None:
+        """Append audit events on their own (refusals, releases): durable when this returns."""
+
+        async def write(scope: WriteScope) -> None:
+            scope.audit(*events)
+
+        await self.run(write)
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue:
+                batch = self._queue[: self.max_batch]
+                del self._queue[: self.max_batch]
+                try:
+                    await self._commit(batch)
+                except Exception as exc:  # never let the writer die: fail this batch, keep serving
+                    log.exception("group commit failed")
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+
+    async def _commit(self, batch: list[tuple[Write, asyncio.Future]]) -> None:
+        try:
+            async with self.pool.acquire() as conn:
+                outcomes = await self._execute(conn, batch)
+        except _RETRY_ALONE:
+            if len(batch) == 1:
+                raise
+            for item in batch:
+                await self._commit([item])
+            return
+        for future, ok, value in outcomes:
+            if future.done():
+                continue
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+
+    async def _execute(self, conn: asyncpg.Connection, batch) -> list[tuple[asyncio.Future, bool, Any]]:
+        outcomes = []
+        events: list[AuditEvent] = []
+        changes: list[tuple[str, str, str, str]] = []
+        async with conn.transaction():
+            for write, future in batch:
+                if future.done():  # the caller went away before its write began
+                    continue
+                scope = WriteScope(conn)
+                try:
+                    async with conn.transaction():  # a savepoint: a failed write undoes only itself
+                        value = await write(scope)
+                except _RETRY_ALONE:
+                    raise
+                except Exception as exc:
+                    outcomes.append((future, False, exc))
+                    continue
+                outcomes.append((future, True, value))
+                events += scope.events
+                changes += scope.changes
+            for change in changes:
+                await record_change(conn, *change)
+            await append_events(conn, events)
+        return outcomes
