@@ -55,7 +55,8 @@ class GroupCommit:
     def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 128):
         self.pool = pool
         self.max_batch = max_batch
-        self._queue: list[tuple[Write, asyncio.Future]] = []
+        # Each entry: a write, or a list of audit events to append on their own.
+        self._queue: list[tuple[Write | list[AuditEvent], asyncio.Future]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
 
@@ -80,11 +81,10 @@ class GroupCommit:
 
     async def record(self, events: list[AuditEvent]) -> None:
         """Append audit events on their own (refusals, releases): durable when this returns."""
-
-        async def write(scope: WriteScope) -> None:
-            scope.audit(*events)
-
-        await self.run(write)
+        future = asyncio.get_running_loop().create_future()
+        self._queue.append((list(events), future))  # events alone: nothing to roll back, no savepoint
+        self._wake.set()
+        await future
 
     async def _run(self) -> None:
         while True:
@@ -126,6 +126,10 @@ class GroupCommit:
         async with conn.transaction():
             for write, future in batch:
                 if future.done():  # the caller went away before its write began
+                    continue
+                if isinstance(write, list):
+                    events += write
+                    outcomes.append((future, True, None))
                     continue
                 scope = WriteScope(conn)
                 try:

@@ -14,6 +14,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any
 
+import jwt
 import msgspec
 
 from auth.policy import (
@@ -33,15 +34,14 @@ from auth.policy import (
 )
 from auth.principal import Caller
 from auth.tickets import CapClaim, InvalidTicket, TicketClaims, new_jti, sign_ticket, ticket_claims, verify_ticket
-from db import agents as agent_queries
 from db import approvals as approval_queries
-from db import capabilities as capability_queries
 from db import tickets as ticket_queries
 from db.group_commit import WriteScope
 from registry.audit import AuditEvent
-from registry.discovery import capability_ref, capability_version
+from registry.discovery import capability_ref
 from registry.problems import ErrorItem, ProblemError, decode_error_item, invalid_request, json_pointer, not_found
 from registry.service import Registry
+from registry.skill_records import skill_record
 from registry.release import NOT_FOUND_DETAIL, choose_version, parse_version_request
 from registry.release import refusal as release_refusal
 from registry.versions import InvalidRange
@@ -202,15 +202,34 @@ async def refuse(
 # Evaluation
 
 
+_VERIFIED_TICKETS_MAX = 10_000
+
+
 async def verified_ticket(registry: Registry, token: str) -> TicketClaims:
-    """Verify a ticket with capreg's keyring, reloading keys once when its kid is new to this process."""
+    """Verify a ticket with capreg's keyring, reloading keys once when its kid is new to this process.
+
+    Verified claims are kept by the whole token string until they expire: agents introspect the
+    same ticket on every call, and an EdDSA verification costs more than the rest of the check.
+    Revocation and retirement are not cached: callers check them in the database every time.
+    """
+    cache = registry.verified_tickets
+    cached = cache.get(token)
+    if cached is not None:
+        claims, kid = cached
+        # A key that left the keyring takes its tickets with it, cached or not.
+        if claims.exp > time.time() and kid in registry.keyring.public:
+            return claims
     try:
-        return verify_ticket(token, registry.keyring, issuer=registry.settings.issuer)
+        claims = verify_ticket(token, registry.keyring, issuer=registry.settings.issuer)
     except InvalidTicket as exc:
         if not exc.unknown_kid:
             raise
-    await registry.refresh_keyring()
-    return verify_ticket(token, registry.keyring, issuer=registry.settings.issuer)
+        await registry.refresh_keyring()
+        claims = verify_ticket(token, registry.keyring, issuer=registry.settings.issuer)
+    if len(cache) >= _VERIFIED_TICKETS_MAX:
+        cache.pop(next(iter(cache)))
+    cache[token] = (claims, jwt.get_unverified_header(token)["kid"])
+    return claims
 
 
 async def resolve_target(registry: Registry, caller: Caller, req: TicketRequest) -> Target:
@@ -227,11 +246,11 @@ async def resolve_target(registry: Registry, caller: Caller, req: TicketRequest)
         wanted = parse_version_request(req.version)
     except InvalidRange as exc:
         raise invalid_request("version is not a version, `latest` or a range", [ErrorItem(path="/version", message=str(exc))]) from None
-    agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
+    skill = await skill_record(registry, tenant, agent_id, req.skill)
+    agent = skill.agent
     if agent is None or not can_see(caller, tenant=tenant, visibility=agent["visibility"], shared_with=agent["shared_with"]):
         raise not_found(NOT_FOUND_DETAIL)
-    rows = await capability_queries.skill_versions(registry.pool, tenant, agent_id, req.skill, detail=True)
-    chosen = choose_version([capability_version(row) for row in rows], wanted, now=datetime.now(timezone.utc))
+    chosen = choose_version([cap for cap, _ in skill.versions], wanted, now=datetime.now(timezone.utc))
     if chosen is None:
         raise not_found(NOT_FOUND_DETAIL)
     gate = CapabilityGate.of(chosen, visibility=agent["visibility"], shared_with=agent["shared_with"])

@@ -188,6 +188,9 @@ def handle_exception(request: Request, exc: Exception) -> Response:
         return problem_response(request, exc)
     if isinstance(exc, HTTPException):
         return problem_response(request, _from_http_exception(exc))
+    if isinstance(exc, asyncpg.exceptions.DataError):
+        # SQLSTATE class 22: a value PostgreSQL cannot hold (a NUL in text, an out-of-range number).
+        return problem_response(request, invalid_request(f"a request value is not acceptable: {exc.__class__.__name__}"))
     if isinstance(exc, RecursionError):
         # msgspec gives up on JSON nested deeper than the interpreter's recursion limit.
         return problem_response(request, invalid_request("request body nests too deeply"))

@@ -118,6 +118,10 @@ class Registry:
         self.writes = GroupCommit(pool)
         # Discovery pages and public cards, valid for one change sequence number (registry.response_cache).
         self.responses = ResponseCache()
+        # Rows behind detail releases, on the same terms (registry.routes.details.skill_record).
+        self.release_cache = ResponseCache()
+        # Verified ticket claims by token string, until they expire (registry.delegation.verified_ticket).
+        self.verified_tickets: dict = {}
 
     async def refresh_keyring(self) -> None:
         """Reload keys (another replica may have rotated); at most every few seconds."""

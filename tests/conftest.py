@@ -222,3 +222,18 @@ def live_server(database_url):
     yield base, env, home
     stop_server(process)
     shutil.rmtree(home, ignore_errors=True)
+
+
+async def retire_versions(client, mint, db, tenant: str, skill_id: str, version: str | None = None) -> None:
+    """Retire versions of a skill through the lifecycle endpoint, as an admin would (so the change
+    feed and every per-process cache see it)."""
+    rows = await db.fetch(
+        "SELECT agent_id, version FROM capability_versions WHERE tenant = $1 AND skill_id = $2 AND ($3::text IS NULL OR version = $3)",
+        tenant, skill_id, version,
+    )
+    assert rows, f"no {skill_id} versions to retire"
+    admin = mint(tenant, "lifecycle-admin", "registry:admin")
+    for row in rows:
+        path = f"/v1/agents/{tenant}/{row['agent_id']}/skills/{skill_id}/versions/{row['version']}/retire"
+        response = await client.post(path, headers=admin)
+        assert response.status_code == 200, response.text

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from tests.conftest import count_rows
+from tests.conftest import count_rows, retire_versions
 from tests.ticket_support import events_of, register_finance, ticket_body, traced, unverified
 
 REVERSE = dict(agent_id="ledger-agent", skill_id="ledger.reverse-entry", scopes=["ledger:write"])
@@ -162,7 +162,7 @@ async def test_approval_requests_are_checked_before_they_are_queued(client, mint
 async def test_collection_rechecks_the_request(client, mint, finance, db):
     approval_id = await request_approval(client, mint, finance)
     await client.post(f"/v1/approvals/{approval_id}/approve", headers=mint(finance, "security-lead", "registry:admin"))
-    await db.execute("UPDATE capability_versions SET status = 'retired' WHERE tenant = $1 AND skill_id = 'ledger.reverse-entry'", finance)
+    await retire_versions(client, mint, db, finance, "ledger.reverse-entry")
     fetched = await client.get(f"/v1/approvals/{approval_id}", headers=mint(finance, "router", "ledger:write"))
     assert fetched.status_code == 410 and fetched.json()["code"] == "retired"
     assert await count_rows(db, "tickets", tenant=finance) == 0

@@ -7,7 +7,7 @@ import asyncio
 import copy
 import json
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import jwt

@@ -17,7 +17,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from mcp.types import Tool
 
 from registry.cards import CAPREG_EXTENSION_URI
-from tests.conftest import example
+from tests.conftest import example, retire_versions
 
 BILLING = example("billing-agent.json")
 LEDGER = example("ledger-agent.json")
@@ -192,11 +192,7 @@ async def versions(client, mint, tenant, db):
         body = {**BILLING, "skills": [{**skill, "version": version, **extra}]}
         response = await client.put(f"/v1/agents/{tenant}/b", json=body, headers=publish)
         assert response.status_code == 201, response.text
-    # Retirement has its own endpoint (lifecycle); here only its effect on resolution matters.
-    await db.execute(
-        "UPDATE capability_versions SET status = 'retired' WHERE tenant = $1 AND skill_id = $2 AND version = '2.1.0'",
-        tenant, skill["id"],
-    )
+    await retire_versions(client, mint, db, tenant, skill["id"], "2.1.0")
     return tenant
 
 

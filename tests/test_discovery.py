@@ -183,3 +183,10 @@ async def test_public_agent_card_parses_with_a2a_sdk(client, world):
         resolved = await resolver.get_agent_card()
     assert resolved.name == "Billing Agent"
     assert resolved.supported_interfaces[0].url.endswith(f"/v1/agents/{world}/billing-agent")
+
+
+async def test_values_postgres_cannot_hold_are_400_not_500(client):
+    for params in ({"tag": "a\x00b"}, {"q": "\x00"}, {"agent": "x\x00"}):
+        response = await client.get("/v1/capabilities", params=params)
+        assert response.status_code == 400, (params, response.text)
+        assert response.json()["code"] == "invalid_request"

@@ -12,7 +12,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from tests.conftest import count_rows
+from tests.conftest import count_rows, retire_versions
 from tests.ticket_support import (
     events_of,
     offline_checker,
@@ -261,7 +261,7 @@ async def test_forged_parents_are_invalid(client, mint, finance, db, registry):
 
 async def test_parent_whose_capability_was_retired_is_invalid(client, mint, finance, db):
     parent = await parent_of(client, mint, finance)
-    await db.execute("UPDATE capability_versions SET status = 'retired' WHERE tenant = $1 AND skill_id = 'invoice.lookup'", finance)
+    await retire_versions(client, mint, db, finance, "invoice.lookup")
     await refused(client, db, finance, mint(finance, "billing-agent"), child_body(finance, parent),
                   403, "delegation_denied", "parent_invalid")
 
@@ -302,7 +302,7 @@ async def test_malformed_json_and_range_are_400(client, mint, finance, db):
 
 
 async def test_retired_exact_version_is_410_and_ranges_skip_it(client, mint, finance, db):
-    await db.execute("UPDATE capability_versions SET status = 'retired' WHERE tenant = $1 AND skill_id = 'invoice.lookup'", finance)
+    await retire_versions(client, mint, db, finance, "invoice.lookup")
     headers = mint(finance, "router", ROUTER_SCOPES)
     await refused(client, db, finance, headers, ticket_body(finance, version="2.0.0"), 410, "retired")
     await refused(client, db, finance, headers, ticket_body(finance, version="^2"), 404, "not_found")
@@ -416,7 +416,7 @@ async def test_expired_and_retired_tickets_are_inactive(client, mint, finance, d
     short = (await mint_ticket(client, router, ticket_body(finance, ttlSeconds=1)))["ticket"]
     other = (await mint_ticket(client, router, ticket_body(finance, "ledger-agent", "ledger.read")))["ticket"]
     retiring = (await mint_ticket(client, router, ticket_body(finance)))["ticket"]
-    await db.execute("UPDATE capability_versions SET status = 'retired' WHERE tenant = $1 AND skill_id = 'invoice.lookup'", finance)
+    await retire_versions(client, mint, db, finance, "invoice.lookup")
     agent = mint(finance, "billing-agent")
     assert await introspect(client, agent, retiring) == {"active": False}
     assert (await introspect(client, agent, other))["active"] is True

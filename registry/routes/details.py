@@ -37,6 +37,7 @@ from registry.release import (
     withheld_extended_card,
 )
 from registry.service import Registry, registry_of, trace_id_of
+from registry.skill_records import skill_record
 from registry.versions import InvalidRange
 from registry.wire import Wire
 
@@ -61,6 +62,7 @@ class Released(msgspec.Struct, frozen=True):
     cap: CapabilityVersion
     row: Any
     agent: Any
+    instances: Any
 
 
 async def release(
@@ -84,24 +86,23 @@ async def release(
         await registry.writes.record([event])
         return refusal(decision, ref=ref)
 
-    agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
+    skill = await skill_record(registry, tenant, agent_id, skill_id)
+    agent = skill.agent
     if agent is None or not can_see(
         caller, tenant=agent["tenant"], visibility=agent["visibility"], shared_with=agent["shared_with"]
     ):
         raise await denied(NOT_FOUND, ref=ref)
-    rows = await capability_queries.skill_versions(registry.pool, tenant, agent_id, skill_id, detail=True)
-    versions = [(capability_version(row), row) for row in rows]
-    chosen = choose_version([cap for cap, _ in versions], wanted, now=datetime.now(timezone.utc))
+    chosen = choose_version([cap for cap, _ in skill.versions], wanted, now=datetime.now(timezone.utc))
     if chosen is None:
         raise await denied(NOT_FOUND, ref=ref)
-    row = next(row for cap, row in versions if cap is chosen)
+    row = next(row for cap, row in skill.versions if cap is chosen)
     gate = CapabilityGate.of(chosen, visibility=agent["visibility"], shared_with=agent["shared_with"])
     decision = decide_release(caller, gate, exact_version=wanted.exact)
     if not decision.allowed:
         raise await denied(decision, ref=chosen.ref, scopes=chosen.scopes)
     event = release_event(caller, tenant=tenant, ref=chosen.ref, decision=decision, scopes=chosen.scopes, trace_id=trace_id)
     await registry.writes.record([event])
-    return registry, caller, Released(cap=chosen, row=row, agent=agent)
+    return registry, caller, Released(cap=chosen, row=row, agent=agent, instances=skill.instances)
 
 
 @get(
@@ -119,10 +120,9 @@ async def release(
 async def get_capability_detail(
     request: Request, tenant: TenantPath, agent_id: AgentPath, skill_id: SkillPath, version: VersionPath
 ) -> CapabilityDetail:
-    registry, _, released = await release(request, tenant, agent_id, skill_id, version)
-    instances = await agent_queries.live_instances(registry.pool, tenant, agent_id)
+    _, _, released = await release(request, tenant, agent_id, skill_id, version)
     return capability_detail(
-        public_capability(released.row), released.cap, endpoints(released.agent["card"], instances)
+        public_capability(released.row), released.cap, endpoints(released.agent["card"], released.instances)
     )
 
 
