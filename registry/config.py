@@ -29,6 +29,8 @@ class Settings(msgspec.Struct, kw_only=True):
     approval_ttl: int = 3600
     host: str = "127.0.0.1"
     port: int = 8080
+    rate_limit: float = 0.0
+    rate_burst: int = 0
     pool_min: int = 2
     pool_max: int = 10
     checkpoint_interval: int = 300  # seconds between signed audit checkpoints; 0 disables
@@ -42,6 +44,16 @@ def _int(env: dict[str, str], name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise SystemExit(f"{name} must be an integer, got {raw!r}") from None
+
+
+def _float(env: dict[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise SystemExit(f"{name} must be a number, got {raw!r}") from None
 
 
 def load_settings(env: dict[str, str] | None = None) -> Settings:
@@ -67,6 +79,8 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         approval_ttl=_int(env, "CAPREG_APPROVAL_TTL", 3600),
         host=env.get("CAPREG_HOST") or "127.0.0.1",
         port=_int(env, "CAPREG_PORT", 8080),
+        rate_limit=_float(env, "CAPREG_RATE_LIMIT", 0.0),
+        rate_burst=_int(env, "CAPREG_RATE_BURST", 0),
         pool_min=_int(env, "CAPREG_POOL_MIN", 2),
         pool_max=_int(env, "CAPREG_POOL_MAX", 10),
         checkpoint_interval=_int(env, "CAPREG_CHECKPOINT_INTERVAL", 300),

@@ -213,11 +213,12 @@ def handle_exception(request: Request, exc: Exception) -> Response:
 def problem_responses(*statuses: int) -> dict[int, Any]:
     """OpenAPI response specs documenting the problem shape for the given statuses.
 
-    400 (a malformed parameter) and 503 (database unreachable) can answer any API call.
+    400 (a malformed parameter), 429 (rate limited, when CAPREG_RATE_LIMIT is set) and 503 (database
+    unreachable) can answer any API call.
     """
     from litestar.openapi.datastructures import ResponseSpec
 
     return {
         status: ResponseSpec(data_container=Problem, media_type=PROBLEM_MEDIA_TYPE, description=TITLES.get(status, "Error"))
-        for status in sorted({400, 503, *statuses})
+        for status in sorted({400, 429, 503, *statuses})
     }

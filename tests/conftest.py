@@ -8,6 +8,7 @@ audit log cannot be truncated, by design.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -81,15 +82,17 @@ def settings(database_url: str) -> Settings:
     return Settings(database_url=database_url, home=Path(tempfile.mkdtemp(prefix="capreg-home-")))
 
 
-@pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def app(settings: Settings):
-    # The lifespan and the requests run on the test loop, so tests may also use the app's pool.
-    # (litestar's AsyncTestClient runs the app on a portal thread's loop instead.)
+@contextlib.asynccontextmanager
+async def running_app(settings: Settings):
+    """The app with its lifespan running on the test loop, and an httpx client speaking ASGI to it.
+
+    (litestar's AsyncTestClient runs the app on a portal thread's loop instead, where tests could not
+    share its pool.) The lifespan is entered and exited in one task: its cancel scopes demand it.
+    """
     application = create_app(settings)
     started, stop = asyncio.Event(), asyncio.Event()
 
     async def run_lifespan() -> None:
-        # Entered and exited in one task: the lifespan's cancel scopes demand it.
         async with application.lifespan():
             started.set()
             await stop.wait()
@@ -98,12 +101,20 @@ async def app(settings: Settings):
     await asyncio.wait([asyncio.ensure_future(started.wait()), task], return_when=asyncio.FIRST_COMPLETED)
     if task.done():
         task.result()  # start-up failed: raise its error
-    transport = httpx.ASGITransport(app=application)
-    async with httpx.AsyncClient(transport=transport, base_url="http://registry.test") as client:
-        application.state.test_client = client
+    try:
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url="http://registry.test") as client:
+            application.state.test_client = client
+            yield application, client
+    finally:
+        stop.set()
+        await task
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def app(settings: Settings):
+    async with running_app(settings) as (application, _):
         yield application
-    stop.set()
-    await task
 
 
 @pytest_asyncio.fixture(loop_scope="session")

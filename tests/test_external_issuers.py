@@ -3,22 +3,19 @@ trusts an IdP whose JWKS is a file; its tokens work for detail release, and noth
 
 from __future__ import annotations
 
-import asyncio
 import json
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-import httpx
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from registry.app import create_app
 from registry.config import Settings, TrustedIssuer, load_settings
-from tests.conftest import example
+from tests.conftest import running_app, example
 
 IDP = "https://idp.example.test/"
 IDP_KID = "idp-rsa-1"
@@ -67,23 +64,8 @@ async def idp_client(database_url, idp):
         home=Path(tempfile.mkdtemp(prefix="capreg-home-")),
         trusted_issuers=[TrustedIssuer(issuer=IDP, jwks_file=str(idp.jwks_file))],
     )
-    application = create_app(settings)
-    started, stop = asyncio.Event(), asyncio.Event()
-
-    async def run_lifespan() -> None:
-        async with application.lifespan():
-            started.set()
-            await stop.wait()
-
-    task = asyncio.create_task(run_lifespan())
-    await asyncio.wait([asyncio.ensure_future(started.wait()), task], return_when=asyncio.FIRST_COMPLETED)
-    if task.done():
-        task.result()
-    transport = httpx.ASGITransport(app=application)
-    async with httpx.AsyncClient(transport=transport, base_url="http://registry.test") as client:
+    async with running_app(settings) as (_, client):
         yield client
-    stop.set()
-    await task
 
 
 @pytest.fixture
