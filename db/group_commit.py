@@ -7,9 +7,10 @@ write in its own savepoint of a shared transaction, then advances both heads onc
 commits. Nobody's answer leaves before the commit that makes it durable, and a write that fails
 rolls back to its savepoint alone.
 
-Writes take only their own row or advisory locks while they run; the two global heads are locked
-last, once per batch, always in the same order, so batches of different processes cannot deadlock
-on them. Should two batches still deadlock on their own locks, each write is retried on its own.
+A few batches are in flight at once, so one runs its writes while another waits for its commit to
+become durable. Writes take only their own row or advisory locks while they run; the two global
+heads are locked last, once per batch, always in the same order, so batches cannot deadlock on
+them. Should two batches still deadlock on their writes' own locks, each write is retried alone.
 """
 
 from __future__ import annotations
@@ -52,9 +53,12 @@ Write = Callable[[WriteScope], Awaitable[Any]]
 
 
 class GroupCommit:
-    def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 128):
+    def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 128, concurrency: int = 3):
         self.pool = pool
         self.max_batch = max_batch
+        # Batches in flight at once: one runs its writes while another waits for its commit to be durable.
+        self._slots = asyncio.Semaphore(concurrency)
+        self._batches: set[asyncio.Task] = set()
         # Each entry: a write, or a list of audit events to append on their own.
         self._queue: list[tuple[Write | list[AuditEvent], asyncio.Future]] = []
         self._wake = asyncio.Event()
@@ -68,6 +72,8 @@ class GroupCommit:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._batches:
+            await asyncio.gather(*self._batches, return_exceptions=True)
         for _, future in self._queue:
             if not future.done():
                 future.set_exception(ConnectionError("the registry is shutting down"))
@@ -91,15 +97,23 @@ class GroupCommit:
             await self._wake.wait()
             self._wake.clear()
             while self._queue:
+                await self._slots.acquire()
                 batch = self._queue[: self.max_batch]
                 del self._queue[: self.max_batch]
-                try:
-                    await self._commit(batch)
-                except Exception as exc:  # never let the writer die: fail this batch, keep serving
-                    log.exception("group commit failed")
-                    for _, future in batch:
-                        if not future.done():
-                            future.set_exception(exc)
+                task = asyncio.create_task(self._settle(batch))
+                self._batches.add(task)
+                task.add_done_callback(self._batches.discard)
+
+    async def _settle(self, batch: list[tuple[Write | list[AuditEvent], asyncio.Future]]) -> None:
+        try:
+            await self._commit(batch)
+        except Exception as exc:  # never let the writer die: fail this batch, keep serving
+            log.exception("group commit failed")
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+        finally:
+            self._slots.release()
 
     async def _commit(self, batch: list[tuple[Write, asyncio.Future]]) -> None:
         try:
