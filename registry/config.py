@@ -36,24 +36,14 @@ class Settings(msgspec.Struct, kw_only=True):
     checkpoint_interval: int = 300  # seconds between signed audit checkpoints; 0 disables
 
 
-def _int(env: dict[str, str], name: str, default: int) -> int:
+def _number(env: dict[str, str], name: str, default, kind=int):
     raw = env.get(name)
     if raw is None or raw == "":
         return default
     try:
-        return int(raw)
+        return kind(raw)
     except ValueError:
-        raise SystemExit(f"{name} must be an integer, got {raw!r}") from None
-
-
-def _float(env: dict[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise SystemExit(f"{name} must be a number, got {raw!r}") from None
+        raise SystemExit(f"{name} must be {'an integer' if kind is int else 'a number'}, got {raw!r}") from None
 
 
 def load_settings(env: dict[str, str] | None = None) -> Settings:
@@ -73,15 +63,15 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         audience=env.get("CAPREG_AUDIENCE") or "capreg",
         issuer=env.get("CAPREG_ISSUER") or "capreg",
         public_url=(env.get("CAPREG_PUBLIC_URL") or "").rstrip("/") or None,
-        max_body=_int(env, "CAPREG_MAX_BODY", 1024 * 1024),
+        max_body=_number(env, "CAPREG_MAX_BODY", 1024 * 1024),
         trusted_issuers=issuers,
-        ticket_max_ttl=_int(env, "CAPREG_TICKET_MAX_TTL", 900),
-        approval_ttl=_int(env, "CAPREG_APPROVAL_TTL", 3600),
+        ticket_max_ttl=_number(env, "CAPREG_TICKET_MAX_TTL", 900),
+        approval_ttl=_number(env, "CAPREG_APPROVAL_TTL", 3600),
         host=env.get("CAPREG_HOST") or "127.0.0.1",
-        port=_int(env, "CAPREG_PORT", 8080),
-        rate_limit=_float(env, "CAPREG_RATE_LIMIT", 0.0),
-        rate_burst=_int(env, "CAPREG_RATE_BURST", 0),
-        pool_min=_int(env, "CAPREG_POOL_MIN", 2),
-        pool_max=_int(env, "CAPREG_POOL_MAX", 10),
-        checkpoint_interval=_int(env, "CAPREG_CHECKPOINT_INTERVAL", 300),
+        port=_number(env, "CAPREG_PORT", 8080),
+        rate_limit=_number(env, "CAPREG_RATE_LIMIT", 0.0, float),
+        rate_burst=_number(env, "CAPREG_RATE_BURST", 0),
+        pool_min=_number(env, "CAPREG_POOL_MIN", 2),
+        pool_max=_number(env, "CAPREG_POOL_MAX", 10),
+        checkpoint_interval=_number(env, "CAPREG_CHECKPOINT_INTERVAL", 300),
     )

@@ -44,27 +44,34 @@ def capability_ref(tenant: str, agent_id: str, skill_id: str, version: str) -> s
     return f"{tenant}/{agent_id}/{skill_id}@{version}"
 
 
-def public_capability(row: asyncpg.Record) -> PublicCapability:
+def _version_fields(row: asyncpg.Record) -> dict:
+    """The fields every view of a capability version shares, from its row."""
     slo = row["slo"]
+    return {
+        "tenant": row["tenant"],
+        "agent_id": row["agent_id"],
+        "id": row["skill_id"],
+        "version": row["version"],
+        "name": row["name"],
+        "description": row["description"],
+        "tags": list(row["tags"]),
+        "scopes": list(row["scopes"]),
+        "side_effect": row["side_effect"],
+        "requires_approval": row["requires_approval"],
+        "data_regions": list(row["data_regions"]),
+        "slo": msgspec.convert(slo, Slo) if slo is not None else None,
+        "status": row["status"],
+        "sunset_at": row["sunset_at"],
+        "effective_at": row["effective_at"],
+    }
+
+
+def public_capability(row: asyncpg.Record) -> PublicCapability:
     return PublicCapability(
         ref=capability_ref(row["tenant"], row["agent_id"], row["skill_id"], row["version"]),
-        tenant=row["tenant"],
-        agent_id=row["agent_id"],
-        id=row["skill_id"],
-        version=row["version"],
-        name=row["name"],
-        description=row["description"],
-        tags=list(row["tags"]),
-        scopes=list(row["scopes"]),
-        side_effect=row["side_effect"],
-        requires_approval=row["requires_approval"],
-        data_regions=list(row["data_regions"]),
-        slo=msgspec.convert(slo, Slo) if slo is not None else None,
-        status=row["status"],
-        sunset_at=row["sunset_at"],
-        effective_at=row["effective_at"],
         health=row["health"],
         updated_at=row["updated_at"],
+        **_version_fields(row),
     )
 
 
@@ -123,31 +130,15 @@ def etag_matches(if_none_match: str | None, etag: str) -> bool:
     return False
 
 
-
 def capability_version(row: asyncpg.Record) -> CapabilityVersion:
     """A full capability version (schemas included) from a row selected with DETAIL_COLUMNS."""
-    slo = row["slo"]
     return CapabilityVersion(
-        tenant=row["tenant"],
-        agent_id=row["agent_id"],
-        id=row["skill_id"],
-        version=row["version"],
-        name=row["name"],
-        description=row["description"],
-        tags=list(row["tags"]),
-        scopes=list(row["scopes"]),
-        side_effect=row["side_effect"],
-        requires_approval=row["requires_approval"],
-        data_regions=list(row["data_regions"]),
-        slo=msgspec.convert(slo, Slo) if slo is not None else None,
         examples=list(row["examples"]),
         input_schema=row["input_schema"],
         output_schema=row["output_schema"],
         input_modes=list(row["input_modes"]),
         output_modes=list(row["output_modes"]),
-        status=row["status"],
-        sunset_at=row["sunset_at"],
         deprecation_message=row["deprecation_message"],
-        effective_at=row["effective_at"],
         published_at=row["published_at"],
+        **_version_fields(row),
     )
