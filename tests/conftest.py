@@ -153,6 +153,22 @@ def mint(app, settings):
 
 
 @pytest.fixture
+async def world(client, mint, tenant, other_tenant) -> str:
+    """Tenant T: a public billing agent, a private ledger agent shared with `other_tenant`, a public
+    docs agent (the three example registrations)."""
+    publish = mint(tenant, "publisher", "registry:publish")
+    bodies = {
+        "billing-agent": example("billing-agent.json"),
+        "ledger-agent": {**example("ledger-agent.json"), "sharedWith": [other_tenant]},
+        "docs-search": example("legacy-0.3-search-agent.json"),
+    }
+    for agent_id, body in bodies.items():
+        response = await client.put(f"/v1/agents/{tenant}/{agent_id}", json=body, headers=publish)
+        assert response.status_code == 201, response.text
+    return tenant
+
+
+@pytest.fixture
 def tenant() -> str:
     return "t" + secrets.token_hex(5)
 

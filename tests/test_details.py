@@ -3,7 +3,6 @@ each gated by visibility, retirement, scopes and data regions, each answer audit
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 
@@ -24,17 +23,6 @@ LEDGER = example("ledger-agent.json")
 LEGACY = example("legacy-0.3-search-agent.json")
 GATED = ("inputSchema", "outputSchema", "examples", "billing.acme.internal", "ledger.acme.internal", "look up invoice")
 OPENAI_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-
-
-@pytest.fixture
-async def world(client, mint, tenant, other_tenant):
-    """Tenant T: a public billing agent, a private ledger agent shared with `other_tenant`, a public docs agent."""
-    publish = mint(tenant, "publisher", "registry:publish")
-    ledger = {**copy.deepcopy(LEDGER), "sharedWith": [other_tenant]}
-    for agent_id, body in (("billing-agent", BILLING), ("ledger-agent", ledger), ("docs-search", LEGACY)):
-        response = await client.put(f"/v1/agents/{tenant}/{agent_id}", json=body, headers=publish)
-        assert response.status_code == 201, response.text
-    return tenant
 
 
 def path(tenant: str, agent: str, skill: str, version: str, suffix: str = "") -> str:

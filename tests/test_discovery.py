@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 
 import httpx
-import pytest
 from a2a.client import A2ACardResolver
 from a2a.types import AgentCard
 from google.protobuf.json_format import ParseDict
@@ -16,17 +15,6 @@ BILLING = example("billing-agent.json")
 LEDGER = example("ledger-agent.json")
 LEGACY = example("legacy-0.3-search-agent.json")
 GATED = ("inputSchema", "outputSchema", "examples", "supportedInterfaces", "billing.acme.internal", "ledger.acme.internal")
-
-
-@pytest.fixture
-async def world(client, mint, tenant, other_tenant):
-    """Tenant T has a public billing agent and a private ledger shared with `other_tenant`."""
-    publish = mint(tenant, "publisher", "registry:publish")
-    ledger = {**copy.deepcopy(LEDGER), "sharedWith": [other_tenant]}
-    for agent_id, body in (("billing-agent", BILLING), ("ledger-agent", ledger), ("docs-search", LEGACY)):
-        response = await client.put(f"/v1/agents/{tenant}/{agent_id}", json=body, headers=publish)
-        assert response.status_code == 201, response.text
-    return tenant
 
 
 async def refs(client, headers=None, **params) -> list[str]:

@@ -22,7 +22,7 @@ from registry.discovery import (
     public_capability,
     side_effect_rank,
 )
-from registry.problems import ErrorItem, invalid_request, problem_responses
+from registry.problems import problem_responses
 from registry.response_cache import CachedResponse, expiry
 from registry.service import registry_of
 from registry.wire import Wire
@@ -58,13 +58,11 @@ async def discover(
     tenant: Annotated[str | None, QueryParameter(max_length=64)] = None,
     status: Annotated[Literal["active", "deprecated"] | None, QueryParameter()] = None,
     versions: Annotated[Literal["latest", "all"], QueryParameter()] = "latest",
-    limit: Annotated[int, QueryParameter(ge=1, description=f"page size, at most {MAX_LIMIT}")] = 50,
+    limit: Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT, description=f"page size, at most {MAX_LIMIT}")] = 50,
     cursor: Annotated[str | None, QueryParameter(max_length=1024)] = None,
 ) -> Response[DiscoveryPage]:
     registry = registry_of(request)
     caller = await registry.caller(request)
-    if limit > MAX_LIMIT:
-        raise invalid_request(f"limit is at most {MAX_LIMIT}", [ErrorItem(path="limit", message=f"must be between 1 and {MAX_LIMIT}")])
     viewer = caller.tenant if caller is not None and caller.holds("registry:read") else None
     # Routers ask the same few questions over and over: answer from the per-process cache, which
     # is exact (registry.response_cache), and a matching If-None-Match without any query.

@@ -278,13 +278,11 @@ async def list_tickets(
     actor: Annotated[str | None, QueryParameter(max_length=200, pattern=PRINTABLE, description="minting principal 'tenant/sub', or a bare sub")] = None,
     skill: Annotated[str | None, QueryParameter(max_length=128, pattern=PRINTABLE, description="capability id")] = None,
     granted_scope: Annotated[str | None, QueryParameter(name="scope", max_length=128, pattern=PRINTABLE, description="tickets granting this scope")] = None,
-    limit: Annotated[int, QueryParameter(ge=1, description=f"page size, at most {MAX_LIMIT}")] = 50,
+    limit: Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT, description=f"page size, at most {MAX_LIMIT}")] = 50,
     cursor: Annotated[str | None, QueryParameter(max_length=512)] = None,
 ) -> TicketPage:
     registry = registry_of(request)
     caller = await registry.require_caller(request, "audit:read")
-    if limit > MAX_LIMIT:
-        raise invalid_request(f"limit is at most {MAX_LIMIT}", [ErrorItem(path="query:limit", message=f"must be between 1 and {MAX_LIMIT}")])
     rows = await ticket_queries.list_tickets(
         registry.pool, viewer_tenant=caller.tenant, active=active, actor=actor, skill=skill, scope=granted_scope,
         after=_decode_cursor(cursor) if cursor else None, limit=limit + 1,
