@@ -178,3 +178,14 @@ async def test_values_postgres_cannot_hold_are_400_not_500(client):
         response = await client.get("/v1/capabilities", params=params)
         assert response.status_code == 400, (params, response.text)
         assert response.json()["code"] == "invalid_request"
+
+
+async def test_answers_from_the_cache_still_check_the_caller(client, mint, world):
+    params = {"tenant": world, "limit": 7}
+    anonymous = (await client.get("/v1/capabilities", params=params)).json()["items"]
+    again = (await client.get("/v1/capabilities", params=params)).json()["items"]  # served before parsing
+    assert again == anonymous and not any(i["agentId"] == "ledger-agent" for i in again)
+    bad = await client.get("/v1/capabilities", params=params, headers={"Authorization": "Bearer forged"})
+    assert bad.status_code == 401
+    own = (await client.get("/v1/capabilities", params=params, headers=mint(world, "r", "registry:read"))).json()["items"]
+    assert any(i["agentId"] == "ledger-agent" for i in own)

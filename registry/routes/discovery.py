@@ -42,10 +42,33 @@ class ChangePage(Wire):
     next: int
 
 
+async def _viewer(request: Request) -> str | None:
+    """The tenant whose records discovery adds for this caller (None: public records only)."""
+    caller = await registry_of(request).caller(request)
+    return caller.tenant if caller is not None and caller.holds("registry:read") else None
+
+
+def _cached_answer(request: Request, entry: CachedResponse, viewer: str | None) -> Response:
+    headers = {"ETag": entry.etag, **(_PUBLIC_HEADERS if viewer is None else _PRIVATE_HEADERS)}
+    if etag_matches(request.headers.get("if-none-match"), entry.etag):
+        return Response(b"", status_code=304, headers=headers)
+    return Response(entry.body, media_type="application/json", headers=headers)
+
+
+async def _answer_from_cache(request: Request) -> Response | None:
+    """Before parameters are parsed: a question asked before, in the same words, is answered from
+    the cache (a cached entry exists only for a query that parsed and validated)."""
+    registry = registry_of(request)
+    viewer = await _viewer(request)
+    entry = registry.responses.get(("raw", viewer, request.scope["query_string"]), registry.watcher.cache_seq(), time.monotonic())
+    return _cached_answer(request, entry, viewer) if entry is not None else None
+
+
 @get(
     "/v1/capabilities",
     summary="Discover capabilities (public metadata only)",
     responses=problem_responses(400, 401),
+    before_request=_answer_from_cache,
 )
 async def discover(
     request: Request,
@@ -62,8 +85,7 @@ async def discover(
     cursor: Annotated[str | None, QueryParameter(max_length=1024)] = None,
 ) -> Response[DiscoveryPage]:
     registry = registry_of(request)
-    caller = await registry.caller(request)
-    viewer = caller.tenant if caller is not None and caller.holds("registry:read") else None
+    viewer = await _viewer(request)
     # Routers ask the same few questions over and over: answer from the per-process cache, which
     # is exact (registry.response_cache), and a matching If-None-Match without any query.
     key = ("discover", viewer, q, skill, tuple(tag) if tag else None, side_effect_max, region, agent, tenant,
@@ -76,11 +98,9 @@ async def discover(
             agent=agent, tenant=tenant, status=status, versions=versions, limit=limit, cursor=cursor,
         )
         registry.responses.put(key, entry, registry.watcher.cache_seq())
-    headers = _PUBLIC_HEADERS if viewer is None else _PRIVATE_HEADERS
-    headers = {"ETag": entry.etag, **headers}
-    if etag_matches(request.headers.get("if-none-match"), entry.etag):
-        return Response(b"", status_code=304, headers=headers)
-    return Response(entry.body, media_type="application/json", headers=headers)
+    # The same entry under the query's exact wording, for `_answer_from_cache` next time.
+    registry.responses.put(("raw", viewer, request.scope["query_string"]), entry, registry.watcher.cache_seq())
+    return _cached_answer(request, entry, viewer)
 
 
 _PUBLIC_HEADERS = {"Cache-Control": "no-cache", "Vary": "Authorization"}
