@@ -127,6 +127,8 @@ def cmd_keys_rotate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_register(args: argparse.Namespace, settings: Settings) -> int:
+    import httpx
+
     from registry.client import RegistryClient
 
     url = os.environ.get("CAPREG_URL", f"http://{settings.host}:{settings.port}")
@@ -134,9 +136,17 @@ def cmd_register(args: argparse.Namespace, settings: Settings) -> int:
     if not token:
         print("CAPREG_TOKEN is not set (mint one with: capreg token mint ...)", file=sys.stderr)
         return 2
-    card = Path(args.file).read_bytes()
-    with RegistryClient(url, token) as client:
-        response = client.register(args.tenant, args.agent_id, card)
+    try:
+        card = Path(args.file).read_bytes()
+    except OSError as exc:
+        print(f"cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+        return 2
+    try:
+        with RegistryClient(url, token) as client:
+            response = client.register(args.tenant, args.agent_id, card)
+    except httpx.HTTPError as exc:
+        print(f"cannot reach capreg at {url}: {exc}", file=sys.stderr)
+        return 2
     print(response.text)
     return 0 if response.is_success else 1
 
@@ -261,8 +271,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import asyncpg
+
     args = build_parser().parse_args(argv)
-    return args.run(args, load_settings())
+    try:
+        return args.run(args, load_settings())
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        # A command-line user gets the reason, not a traceback: usually DATABASE_URL or CAPREG_HOME.
+        print(f"capreg {args.command}: cannot use the database: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

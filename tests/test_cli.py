@@ -112,3 +112,17 @@ def test_database_down_is_503_retryable_not_500():
         assert httpx.get(f"{base}/healthz").status_code == 200
     finally:
         stop_server(process)
+
+
+def test_register_explains_an_unreachable_server_and_a_missing_file(tmp_path):
+    env = {**os.environ, "CAPREG_URL": "http://127.0.0.1:1", "CAPREG_TOKEN": "x"}
+    unreachable = capreg(env, "register", str(EXAMPLES / "billing-agent.json"), "--tenant", "a", "--agent-id", "b", check=False)
+    assert unreachable.returncode == 2 and "cannot reach capreg" in unreachable.stderr and "Traceback" not in unreachable.stderr
+    missing = capreg(env, "register", str(tmp_path / "nope.json"), "--tenant", "a", "--agent-id", "b", check=False)
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
+
+
+def test_an_unreachable_database_is_a_clear_error(tmp_path):
+    env = {**os.environ, "DATABASE_URL": "postgresql://postgres@127.0.0.1:1/nowhere", "CAPREG_HOME": str(tmp_path)}
+    result = capreg(env, "token", "mint", "--tenant", "a", "--sub", "b", "--scope", "x", check=False)
+    assert result.returncode == 2 and "cannot use the database" in result.stderr and "Traceback" not in result.stderr
