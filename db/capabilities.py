@@ -32,11 +32,15 @@ async def content_hashes(conn: asyncpg.Connection, tenant: str, agent_id: str) -
     return {(r["skill_id"], r["version"]): r["content_hash"] for r in rows}
 
 
-async def insert_version(conn: asyncpg.Connection, row: dict[str, Any]) -> None:
-    columns = list(row)
+async def insert_versions(conn: asyncpg.Connection, rows: list[dict[str, Any]]) -> None:
+    """Insert new capability versions (rows with the same keys) in one pipelined round trip."""
+    if not rows:
+        return
+    columns = list(rows[0])
     placeholders = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
-    await conn.execute(
-        f"INSERT INTO capability_versions ({', '.join(columns)}) VALUES ({placeholders})", *row.values()
+    await conn.executemany(
+        f"INSERT INTO capability_versions ({', '.join(columns)}) VALUES ({placeholders})",
+        [tuple(row[column] for column in columns) for row in rows],
     )
 
 

@@ -308,8 +308,8 @@ async def apply_registration(
                 "a new minor or patch version must stay compatible with the versions before it",
                 errors=breaking,
             )
+    await capability_queries.insert_versions(conn, [_version_row(tenant, agent_id, skill) for skill in new_skills])
     for skill in new_skills:
-        await capability_queries.insert_version(conn, _version_row(tenant, agent_id, skill))
         ref = f"{agent_ref}/{skill.skill.id}@{skill.skill.version}"
         scope.audit(event("version.published", ref, sorted(set(skill.skill.scopes))))
         scope.change("version.published", tenant, agent_id, ref)
