@@ -3,7 +3,6 @@ activity, its descendants for revocation), listings, and Idempotency-Key replays
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -17,16 +16,6 @@ TICKET_COLUMNS = (
 # Active: unexpired, unrevoked, its capability version not retired, and no ancestor revoked (revoking
 # also revokes descendants under a tree lock; the walk is a guard, at most maxDepth primary-key hits).
 # The same rule as the grant report (db/grants.py) and introspection (ticket_state).
-ACTIVE = """(t.revoked_at IS NULL AND t.expires_at > now() AND cv.status <> 'retired'
-             AND NOT EXISTS (
-                 WITH RECURSIVE ancestors AS (
-                     SELECT p.jti, p.parent_jti, p.revoked_at FROM tickets p WHERE p.jti = t.parent_jti
-                     UNION ALL
-                     SELECT p.jti, p.parent_jti, p.revoked_at FROM tickets p JOIN ancestors a ON p.jti = a.parent_jti
-                 )
-                 SELECT 1 FROM ancestors WHERE revoked_at IS NOT NULL))"""
-
-
 async def insert_ticket(conn: asyncpg.Connection, row: dict[str, Any]) -> None:
     columns = list(row)
     placeholders = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
@@ -76,40 +65,6 @@ async def revoke_tree(conn: asyncpg.Connection, jti: str) -> list[asyncpg.Record
             WHERE jti IN (SELECT jti FROM tree) AND revoked_at IS NULL
         RETURNING jti, tenant, actor, actor_tenant, on_behalf_of, ref, scopes, depth""",
         jti,
-    )
-
-
-async def list_tickets(
-    conn: asyncpg.Connection | asyncpg.Pool,
-    *,
-    viewer_tenant: str,
-    active: bool | None = None,
-    actor: str | None = None,
-    skill: str | None = None,
-    scope: str | None = None,
-    after: tuple[datetime, str] | None = None,
-    limit: int = 50,
-) -> list[asyncpg.Record]:
-    """One page of tickets whose capability tenant or actor tenant is `viewer_tenant`, oldest first.
-
-    `actor` is a principal `tenant/sub`, or a bare `sub` in any tenant; `active` True keeps active
-    tickets, False inactive ones, None both.
-    """
-    return await conn.fetch(
-        f"""SELECT {TICKET_COLUMNS}
-              FROM tickets t
-              JOIN capability_versions cv ON cv.tenant = t.tenant AND cv.agent_id = t.agent_id
-                                         AND cv.skill_id = t.skill_id AND cv.version = t.version
-             WHERE (t.tenant = $1 OR t.actor_tenant = $1)
-               AND ($2::boolean IS NULL OR ({ACTIVE}) = $2)
-               AND ($3::text IS NULL OR t.actor = $3 OR split_part(t.actor, '/', 2) = $3)
-               AND ($4::text IS NULL OR t.skill_id = $4)
-               AND ($5::text IS NULL OR $5 = ANY (t.scopes))
-               AND ($6::timestamptz IS NULL OR (t.issued_at, t.jti) > ($6, $7::text))
-             ORDER BY t.issued_at, t.jti
-             LIMIT $8""",
-        viewer_tenant, active, actor, skill, scope,
-        after[0] if after else None, after[1] if after else None, limit,
     )
 
 

@@ -23,6 +23,7 @@ from db.audit import EventFilter
 from registry.audit import AuditRecord
 from registry.audit_chain import ChainBroken, checkpoint_periodically, make_checkpoint
 from registry.checkpoints import Checkpoint, checkpoint_from_row
+from registry.grants import GrantPage, decode_cursor, grant_page
 from registry.problems import ErrorItem, ProblemError, invalid_request, problem_responses
 from registry.records import SKILL_ID_PATTERN
 from registry.service import Registry, registry_of
@@ -123,52 +124,6 @@ async def list_events(
     return Response(AuditPage(items=page, next_cursor=next_cursor), headers={"Cache-Control": "no-store"})
 
 
-class Grant(Wire):
-    """A ticket as the grant report shows it: `actor` minted it (`tenant/sub`) through the chain `act`."""
-
-    jti: str
-    actor: str
-    on_behalf_of: str | None
-    audience: str
-    ref: str
-    scopes: list[str]
-    resources: list[str]
-    issued_at: datetime
-    expires_at: datetime
-    depth: int
-    max_depth: int
-    parent: str | None
-    act: dict
-    active: bool
-
-
-class GrantPage(Wire):
-    items: list[Grant]
-    next_cursor: str | None
-
-
-def _grant(row) -> Grant:
-    return Grant(
-        jti=row["jti"], actor=row["actor"], on_behalf_of=row["on_behalf_of"], audience=row["audience"], ref=row["ref"],
-        scopes=list(row["scopes"]), resources=list(row["resources"]), issued_at=row["issued_at"],
-        expires_at=row["expires_at"], depth=row["depth"], max_depth=row["max_depth"], parent=row["parent_jti"],
-        act=row["act"], active=row["active"],
-    )
-
-
-def _encode_grant_cursor(grant: Grant) -> str:
-    raw = msgspec.json.encode([grant.issued_at, grant.jti])
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
-def _decode_grant_cursor(cursor: str) -> tuple[datetime, str]:
-    with contextlib.suppress(ValueError, msgspec.DecodeError):
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        issued_at, jti = msgspec.json.decode(raw, type=tuple[datetime, str])
-        return issued_at, jti
-    raise invalid_request("cursor is not one this registry issued", [ErrorItem(path="cursor", message="invalid cursor")])
-
-
 @get(
     "/v1/audit/grants",
     summary="Who holds which scopes on which capabilities through delegation tickets (caller's tenant)",
@@ -192,11 +147,9 @@ async def list_grants(
     caller = await registry.require_caller(request, "audit:read")
     rows = await grant_queries.tenant_grants(
         registry.pool, viewer_tenant=caller.tenant, active=active, actor=actor, skill=skill, scope=scope_held,
-        after=_decode_grant_cursor(cursor) if cursor else None, limit=limit + 1,
+        after=decode_cursor(cursor) if cursor else None, limit=limit + 1,
     )
-    page = [_grant(row) for row in rows[:limit]]
-    next_cursor = _encode_grant_cursor(page[-1]) if len(rows) > limit else None
-    return Response(GrantPage(items=page, next_cursor=next_cursor), headers={"Cache-Control": "no-store"})
+    return Response(grant_page(rows, limit), headers={"Cache-Control": "no-store"})
 
 
 @get(

@@ -7,9 +7,7 @@ malformed body or a bad caller token included, is audited as `ticket.denied`.
 
 from __future__ import annotations
 
-import base64
 import re
-from datetime import datetime
 from typing import Annotated, Any
 
 import msgspec
@@ -22,6 +20,7 @@ from auth.policy import REGISTRY_ADMIN_SCOPE, check_approval_decider
 from auth.principal import Caller
 from auth.tickets import InvalidTicket
 from db import approvals as approval_queries
+from db import grants as grant_queries
 from db import tickets as ticket_queries
 from db.group_commit import WriteScope
 from registry.audit import AuditEvent
@@ -47,7 +46,6 @@ from registry.delegation import (
     verified_ticket,
 )
 from registry.problems import (
-    ErrorItem,
     ProblemError,
     decode_error_item,
     insufficient_scope,
@@ -56,6 +54,7 @@ from registry.problems import (
     problem_responses,
     tenant_mismatch,
 )
+from registry.grants import GrantPage, decode_cursor, grant_page
 from registry.service import Registry, registry_of, trace_id_of
 from registry.wire import Wire
 
@@ -72,24 +71,6 @@ class IntrospectionRequest(Wire, forbid_unknown_fields=True):
 class RevocationResponse(Wire):
     jti: str
     revoked: list[str]
-
-
-class TicketItem(Wire):
-    actor: str
-    on_behalf_of: str | None
-    audience: str
-    ref: str
-    scopes: list[str]
-    resources: list[str]
-    jti: str
-    issued_at: datetime
-    expires_at: datetime
-    depth: int
-
-
-class TicketPage(Wire):
-    items: list[TicketItem]
-    next_cursor: str | None
 
 
 async def _document_ticket_request(data: JSONBody[TicketRequestBody]) -> None:
@@ -252,21 +233,6 @@ async def revoke_ticket(request: Request, jti: JtiPath) -> RevocationResponse:
     return RevocationResponse(jti=jti, revoked=[row["jti"] for row in revoked])
 
 
-def _encode_cursor(row) -> str:
-    raw = msgspec.json.encode([row["issued_at"].isoformat(), row["jti"]])
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        issued_at, jti = msgspec.json.decode(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)), type=tuple[datetime, str])
-        if issued_at.tzinfo is None or not _JTI.match(jti):
-            raise ValueError(cursor)
-        return issued_at, jti
-    except (ValueError, msgspec.DecodeError, msgspec.ValidationError):
-        raise invalid_request("cursor is not valid", [ErrorItem(path="query:cursor", message="not a cursor from this endpoint")]) from None
-
-
 @get(
     "/v1/tickets",
     summary="Tickets of the caller's tenant (as capability tenant or as actor tenant); needs audit:read",
@@ -280,25 +246,15 @@ async def list_tickets(
     granted_scope: Annotated[str | None, QueryParameter(name="scope", max_length=128, pattern=PRINTABLE, description="tickets granting this scope")] = None,
     limit: Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT, description=f"page size, at most {MAX_LIMIT}")] = 50,
     cursor: Annotated[str | None, QueryParameter(max_length=512)] = None,
-) -> TicketPage:
+) -> GrantPage:
     registry = registry_of(request)
     caller = await registry.require_caller(request, "audit:read")
-    rows = await ticket_queries.list_tickets(
+    # The grant report's query and shape: one definition of "active" for both listings.
+    rows = await grant_queries.tenant_grants(
         registry.pool, viewer_tenant=caller.tenant, active=active, actor=actor, skill=skill, scope=granted_scope,
-        after=_decode_cursor(cursor) if cursor else None, limit=limit + 1,
+        after=decode_cursor(cursor) if cursor else None, limit=limit + 1,
     )
-    page = rows[:limit]
-    return TicketPage(
-        items=[
-            TicketItem(
-                actor=r["actor"], on_behalf_of=r["on_behalf_of"], audience=r["audience"], ref=r["ref"],
-                scopes=list(r["scopes"]), resources=list(r["resources"]), jti=r["jti"], issued_at=r["issued_at"],
-                expires_at=r["expires_at"], depth=r["depth"],
-            )
-            for r in page
-        ],
-        next_cursor=_encode_cursor(page[-1]) if len(rows) > limit else None,
-    )
+    return grant_page(rows, limit)
 
 
 # ---------------------------------------------------------------------------

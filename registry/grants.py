@@ -1,0 +1,69 @@
+"""The grant listing shared by `GET /v1/audit/grants` and `GET /v1/tickets`: one item shape, one
+definition of "active" (db/grants.py), one cursor. Pure shaping; no I/O."""
+
+from __future__ import annotations
+
+import base64
+import re
+from datetime import datetime
+
+import msgspec
+
+from registry.problems import ErrorItem, invalid_request
+from registry.wire import Wire
+
+_JTI = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class Grant(Wire):
+    """A ticket as auditors see it: `actor` minted it (`tenant/sub`) through the chain `act`."""
+
+    jti: str
+    actor: str
+    on_behalf_of: str | None
+    audience: str
+    ref: str
+    scopes: list[str]
+    resources: list[str]
+    issued_at: datetime
+    expires_at: datetime
+    depth: int
+    max_depth: int
+    parent: str | None
+    act: dict
+    active: bool
+
+
+class GrantPage(Wire):
+    items: list[Grant]
+    next_cursor: str | None
+
+
+def grant_page(rows, limit: int) -> GrantPage:
+    """A page from up to `limit + 1` rows of db.grants.tenant_grants (the extra one says there is more)."""
+    items = [
+        Grant(
+            jti=row["jti"], actor=row["actor"], on_behalf_of=row["on_behalf_of"], audience=row["audience"],
+            ref=row["ref"], scopes=list(row["scopes"]), resources=list(row["resources"]), issued_at=row["issued_at"],
+            expires_at=row["expires_at"], depth=row["depth"], max_depth=row["max_depth"], parent=row["parent_jti"],
+            act=row["act"], active=row["active"],
+        )
+        for row in rows[:limit]
+    ]
+    return GrantPage(items=items, next_cursor=_encode_cursor(items[-1]) if len(rows) > limit else None)
+
+
+def _encode_cursor(grant: Grant) -> str:
+    raw = msgspec.json.encode([grant.issued_at, grant.jti])
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        issued_at, jti = msgspec.json.decode(raw, type=tuple[datetime, str])
+    except (ValueError, msgspec.DecodeError, msgspec.ValidationError):
+        issued_at, jti = None, ""
+    if issued_at is None or issued_at.tzinfo is None or not _JTI.match(jti):
+        raise invalid_request("cursor is not one this registry issued", [ErrorItem(path="cursor", message="invalid cursor")])
+    return issued_at, jti
