@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import NamedTuple
 
 import asyncpg
 
@@ -10,6 +11,12 @@ AGENT_COLUMNS = (
     "a.tenant, a.agent_id, a.name, a.description, a.version, a.provider, a.visibility, a.shared_with, "
     "a.card, a.card_hash, a.created_at, a.updated_at"
 )
+# Lease figures per agent: live instances now, and the moments cached views of them go out of date
+# by time alone (the first live lease lapsing changes the count, the last one flips health).
+LIVE_INSTANCES_SQL = """(SELECT count(*) FROM agent_instances i
+                          WHERE i.tenant = a.tenant AND i.agent_id = a.agent_id AND i.expires_at > now())"""
+LEASE_BOUNDS_SQL = """(SELECT ARRAY[min(i.expires_at), max(i.expires_at)] FROM agent_instances i
+                        WHERE i.tenant = a.tenant AND i.agent_id = a.agent_id AND i.expires_at > now())"""
 
 # healthy while any lease is live, stale once all have lapsed, unknown if none ever existed.
 HEALTH_SQL = """(SELECT CASE WHEN count(*) = 0 THEN 'unknown'
@@ -20,8 +27,24 @@ HEALTH_SQL = """(SELECT CASE WHEN count(*) = 0 THEN 'unknown'
 
 async def get_agent(conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str) -> asyncpg.Record | None:
     return await conn.fetchrow(
-        f"SELECT {AGENT_COLUMNS}, {HEALTH_SQL} AS health FROM agents a WHERE a.tenant = $1 AND a.agent_id = $2",
+        f"""SELECT {AGENT_COLUMNS}, {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances,
+                   {LEASE_BOUNDS_SQL} AS lease_bounds
+              FROM agents a WHERE a.tenant = $1 AND a.agent_id = $2""",
         tenant, agent_id,
+    )
+
+
+async def registration_hash(conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str) -> str | None:
+    """The hash of the last registration body applied to the agent (None: no agent, or never recorded)."""
+    return await conn.fetchval(
+        "SELECT registration_hash FROM agents WHERE tenant = $1 AND agent_id = $2", tenant, agent_id
+    )
+
+
+async def set_registration_hash(conn: asyncpg.Connection, tenant: str, agent_id: str, digest: str) -> None:
+    await conn.execute(
+        "UPDATE agents SET registration_hash = $3 WHERE tenant = $1 AND agent_id = $2 AND registration_hash IS DISTINCT FROM $3",
+        tenant, agent_id, digest,
     )
 
 
@@ -50,27 +73,63 @@ async def update_agent(conn: asyncpg.Connection, tenant: str, agent_id: str, fie
     )
 
 
-async def renew_lease(
-    conn: asyncpg.Connection, tenant: str, agent_id: str, instance_id: str, url: str | None, expires_at: datetime
-) -> bool:
-    """Upsert an instance lease; True when the agent had no live lease before (health changes)."""
-    was_healthy = await conn.fetchval(
-        "SELECT bool_or(expires_at > now()) FROM agent_instances WHERE tenant = $1 AND agent_id = $2",
-        tenant, agent_id,
+class LeaseRenewal(NamedTuple):
+    tenant: str
+    agent_id: str
+    instance_id: str
+    url: str | None
+    ttl_seconds: int
+    load: float | None
+
+
+class RenewedLease(NamedTuple):
+    tenant: str
+    agent_id: str
+    instance_id: str
+    expires_at: datetime
+    # The agent had no live lease before this statement: its health flips to healthy.
+    revived: bool
+
+
+async def renew_leases(conn: asyncpg.Connection, renewals: list[LeaseRenewal]) -> list[RenewedLease]:
+    """Upsert many instance leases in one statement; agents that are not registered get no row and
+    are absent from the answer. `renewals` must not repeat an instance (ON CONFLICT updates a row
+    once per statement); rows are written in key order, so concurrent batches lock in one order.
+
+    Every sub-statement sees the snapshot before the upsert, so `revived` is judged on the leases
+    as they were; concurrent batches may both judge an agent revived (a spare change, harmless),
+    never neither.
+    """
+    if not renewals:
+        return []
+    rows = await conn.fetch(
+        """WITH input AS (
+               SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::float8[])
+                          AS t(tenant, agent_id, instance_id, url, ttl, load)
+           ), revived AS (
+               SELECT DISTINCT i.tenant, i.agent_id FROM input i
+                WHERE NOT EXISTS (SELECT 1 FROM agent_instances x
+                                   WHERE x.tenant = i.tenant AND x.agent_id = i.agent_id AND x.expires_at > now())
+           ), renewed AS (
+               INSERT INTO agent_instances AS x (tenant, agent_id, instance_id, url, load, expires_at, last_seen_at, updated_at)
+               SELECT i.tenant, i.agent_id, i.instance_id, i.url, i.load, now() + make_interval(secs => i.ttl), now(), now()
+                 FROM input i JOIN agents a ON a.tenant = i.tenant AND a.agent_id = i.agent_id
+                ORDER BY i.tenant, i.agent_id, i.instance_id
+               ON CONFLICT (tenant, agent_id, instance_id) DO UPDATE
+                  SET url = coalesce(EXCLUDED.url, x.url), load = EXCLUDED.load, expires_at = EXCLUDED.expires_at,
+                      last_seen_at = EXCLUDED.last_seen_at, updated_at = EXCLUDED.updated_at
+               RETURNING x.tenant, x.agent_id, x.instance_id, x.expires_at
+           )
+           SELECT r.tenant, r.agent_id, r.instance_id, r.expires_at, v.tenant IS NOT NULL AS revived
+             FROM renewed r LEFT JOIN revived v ON v.tenant = r.tenant AND v.agent_id = r.agent_id""",
+        *(list(column) for column in zip(*renewals)),
     )
-    await conn.execute(
-        """INSERT INTO agent_instances (tenant, agent_id, instance_id, url, expires_at)
-           VALUES ($1, $2, $3, $4, $5)
-           ON CONFLICT (tenant, agent_id, instance_id)
-           DO UPDATE SET url = EXCLUDED.url, expires_at = EXCLUDED.expires_at, updated_at = now()""",
-        tenant, agent_id, instance_id, url, expires_at,
-    )
-    return not was_healthy
+    return [RenewedLease(*row) for row in rows]
 
 
 async def live_instances(conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str) -> list[asyncpg.Record]:
     return await conn.fetch(
-        """SELECT instance_id, url, expires_at FROM agent_instances
+        """SELECT instance_id, url, expires_at, load, last_seen_at FROM agent_instances
             WHERE tenant = $1 AND agent_id = $2 AND expires_at > now() ORDER BY instance_id""",
         tenant, agent_id,
     )

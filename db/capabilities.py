@@ -7,7 +7,7 @@ from typing import Any
 
 import asyncpg
 
-from db.agents import HEALTH_SQL
+from db.agents import HEALTH_SQL, LIVE_INSTANCES_SQL
 
 PUBLIC_COLUMNS = (
     "c.tenant, c.agent_id, c.skill_id, c.version, c.version_key, c.prerelease, c.name, c.description, c.tags, "
@@ -19,8 +19,9 @@ DETAIL_COLUMNS = PUBLIC_COLUMNS + ", c.examples, c.input_schema, c.output_schema
 # Discovery and cards show what is in force now: not retired, and effective.
 IN_FORCE = "c.status <> 'retired' AND (c.effective_at IS NULL OR c.effective_at <= now())"
 VISIBLE_TO = "(a.visibility = 'public' OR a.tenant = {t} OR {t} = ANY (a.shared_with))"
-# When the agent's health would next change by itself: its last live lease lapsing (cached pages end there).
-LEASE_UNTIL_SQL = """(SELECT max(i.expires_at) FROM agent_instances i
+# When the agent's lease figures would next change by themselves: its first live lease lapsing
+# (liveInstances drops; health flips at the last one). Cached pages end there.
+LEASE_UNTIL_SQL = """(SELECT min(i.expires_at) FROM agent_instances i
                         WHERE i.tenant = a.tenant AND i.agent_id = a.agent_id AND i.expires_at > now())"""
 
 
@@ -50,7 +51,7 @@ async def skill_versions(
     """Every version of one skill, newest first, retired and future ones included."""
     columns = DETAIL_COLUMNS if detail else PUBLIC_COLUMNS
     return await conn.fetch(
-        f"""SELECT {columns}, {HEALTH_SQL} AS health
+        f"""SELECT {columns}, {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances
               FROM capability_versions c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
              WHERE c.tenant = $1 AND c.agent_id = $2 AND c.skill_id = $3
              ORDER BY c.version_key DESC""",
@@ -64,7 +65,7 @@ async def latest_per_skill(
     """The newest in-force version of each of an agent's skills (releases preferred over pre-releases)."""
     columns = DETAIL_COLUMNS if detail else PUBLIC_COLUMNS
     return await conn.fetch(
-        f"""SELECT DISTINCT ON (c.skill_id) {columns}, {HEALTH_SQL} AS health
+        f"""SELECT DISTINCT ON (c.skill_id) {columns}, {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances
               FROM capability_versions c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
              WHERE c.tenant = $1 AND c.agent_id = $2 AND {IN_FORCE}
              ORDER BY c.skill_id, c.prerelease, c.version_key DESC""",
@@ -102,6 +103,7 @@ async def discover(
     agent: str | None = None,
     tenant: str | None = None,
     status: str | None = None,
+    healthy_only: bool = False,
     latest_only: bool = True,
     after: tuple[str, str, str, str] | None = None,
     limit: int = 50,
@@ -128,6 +130,11 @@ async def discover(
         agent_filters.append("a.visibility = 'public'")
     else:
         agent_filters.append(VISIBLE_TO.format(t=bind(viewer_tenant)))
+    if healthy_only:
+        agent_filters.append(
+            "EXISTS (SELECT 1 FROM agent_instances i"
+            " WHERE i.tenant = a.tenant AND i.agent_id = a.agent_id AND i.expires_at > now())"
+        )
     version_filters = [IN_FORCE]
     if skill is not None:
         if skill.endswith("*"):
@@ -175,7 +182,7 @@ async def discover(
                         ORDER BY c.skill_id, c.version_key DESC"""
         order = "a.tenant, a.agent_id, c.skill_id, c.version_key DESC"
     sql = f"""
-        SELECT c.*, {HEALTH_SQL} AS health, {LEASE_UNTIL_SQL} AS lease_until
+        SELECT c.*, {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances, {LEASE_UNTIL_SQL} AS lease_until
           FROM agents a CROSS JOIN LATERAL ({versions}) c
          WHERE {" AND ".join(agent_filters + content_filters)}
          ORDER BY {order}

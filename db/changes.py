@@ -12,21 +12,31 @@ LOCAL_CHANGE_LISTENERS: set = set()
 
 
 async def record_change(conn: asyncpg.Connection, kind: str, tenant: str, agent_id: str, ref: str) -> int:
-    """Advance the change sequence and log the change; call last in the write's transaction.
+    """Advance the change sequence and log one change; call last in the write's transaction."""
+    return (await record_changes(conn, [(kind, tenant, agent_id, ref)]))[-1]
+
+
+async def record_changes(conn: asyncpg.Connection, changes: list[tuple[str, str, str, str]]) -> list[int]:
+    """Advance the change sequence by len(changes) and log them (kind, tenant, agent_id, ref) in
+    three statements whatever their number; call last in the write's transaction.
 
     The head row lock is held until commit, so sequence numbers become visible in order and a
     reader polling `after=N` never skips a change that commits later with a smaller number.
     """
-    seq = await conn.fetchval("UPDATE change_head SET seq = seq + 1 WHERE id = 1 RETURNING seq")
+    if not changes:
+        return []
+    last = await conn.fetchval("UPDATE change_head SET seq = seq + $1 WHERE id = 1 RETURNING seq", len(changes))
+    seqs = list(range(last - len(changes) + 1, last + 1))
     await conn.execute(
-        "INSERT INTO changes (seq, kind, tenant, agent_id, ref, at) VALUES ($1, $2, $3, $4, $5, now())",
-        seq, kind, tenant, agent_id, ref,
+        """INSERT INTO changes (seq, kind, tenant, agent_id, ref, at)
+           SELECT s, k, t, a, r, now() FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[]) AS x(s, k, t, a, r)""",
+        seqs, *(list(column) for column in zip(*changes)),
     )
     # Delivered on commit only; lets other processes invalidate caches and wake long-polls.
-    await conn.execute("SELECT pg_notify($1, $2)", CHANGE_CHANNEL, str(seq))
+    await conn.execute("SELECT pg_notify($1, $2)", CHANGE_CHANNEL, str(last))
     for listener in list(LOCAL_CHANGE_LISTENERS):
-        listener(seq)
-    return seq
+        listener(last)
+    return seqs
 
 
 async def current_seq(conn: asyncpg.Connection | asyncpg.Pool) -> int:

@@ -43,6 +43,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             registry = Registry(settings, pool, keyring, watcher)
             app.state.registry = registry
             registry.writes.start()
+            registry.leases.start()
             metrics.gauges = [
                 ("capreg_db_pool_size", "connections open in the pool", pool.get_size),
                 ("capreg_db_pool_idle", "idle connections in the pool", pool.get_idle_size),
@@ -52,6 +53,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 yield
             finally:
                 await audit.stop_checkpoints(checkpoints)
+                await registry.leases.stop()
                 await registry.writes.stop()
                 await watcher.stop()
         finally:

@@ -36,6 +36,8 @@ class AgentView(Wire):
     provider: dict | None
     visibility: Literal["public", "tenant"]
     health: Literal["healthy", "stale", "unknown"]
+    # Unexpired instance leases (heartbeats).
+    live_instances: int
     skills: list[PublicCapability]
     updated_at: object
 
@@ -70,6 +72,7 @@ def public_capability(row: asyncpg.Record) -> PublicCapability:
     return PublicCapability(
         ref=capability_ref(row["tenant"], row["agent_id"], row["skill_id"], row["version"]),
         health=row["health"],
+        live_instances=row["live_instances"],
         updated_at=row["updated_at"],
         **_version_fields(row),
     )
@@ -85,6 +88,7 @@ def agent_view(agent: asyncpg.Record, skills: list[asyncpg.Record]) -> AgentView
         provider=agent["provider"],
         visibility=agent["visibility"],
         health=agent["health"],
+        live_instances=agent["live_instances"],
         skills=[public_capability(row) for row in skills],
         updated_at=agent["updated_at"],
     )

@@ -147,4 +147,6 @@ class PublicCapability(Wire):
     sunset_at: datetime | None
     effective_at: datetime | None
     health: Literal["healthy", "stale", "unknown"]
+    # Unexpired instance leases of the agent (heartbeats).
+    live_instances: int
     updated_at: datetime

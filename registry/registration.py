@@ -45,10 +45,27 @@ class PreparedRegistration(msgspec.Struct):
     card: dict
     card_hash: str
     skills: list[PreparedSkill]
+    # registration_digest of the body as received: stored with the agent for the unchanged fast path.
+    body_hash: str | None = None
 
 
 def _hash(value: Any) -> str:
     return hashlib.sha256(_encoder.encode(value)).hexdigest()
+
+
+# Part of every registration digest: bump it whenever validation or normalization of a registration
+# changes, so that bodies accepted under the old rules go through the full path again once.
+_REGISTRATION_RULES = "capreg-registration-rules-1"
+
+
+def registration_digest(registration: AgentRegistration) -> str:
+    """The hash of a registration body as decoded (key order and whitespace do not matter).
+
+    Equal to the agent's stored hash means: this exact body was the last one applied, and every
+    write since that could make it do something again (a card or version change) replaced the
+    stored hash or left the body still a no-op. Cheap: no schema is compiled to compute it.
+    """
+    return hashlib.sha256(_REGISTRATION_RULES.encode() + b"\0" + _encoder.encode(registration)).hexdigest()
 
 
 def _depth(value: Any, limit: int) -> int:
@@ -113,7 +130,7 @@ def skill_content(skill: SkillRegistration, requires_approval: bool) -> dict:
     return content
 
 
-def prepare_registration(registration: AgentRegistration) -> PreparedRegistration:
+def prepare_registration(registration: AgentRegistration, body_hash: str | None = None) -> PreparedRegistration:
     registration = normalize_registration(registration)
     errors: list[ErrorItem] = []
     if not registration.skills:
@@ -140,7 +157,7 @@ def prepare_registration(registration: AgentRegistration) -> PreparedRegistratio
     if errors:
         raise invalid_request("the registration is invalid", errors)
     card = a2a_card_dict(registration)
-    return PreparedRegistration(registration, card, _hash(card), prepared)
+    return PreparedRegistration(registration, card, _hash(card), prepared, body_hash)
 
 
 def _search_text(skill: SkillRegistration) -> str:
@@ -313,4 +330,6 @@ async def apply_registration(
         ref = f"{agent_ref}/{skill.skill.id}@{skill.skill.version}"
         scope.audit(event("version.published", ref, sorted(set(skill.skill.scopes))))
         scope.change("version.published", tenant, agent_id, ref)
+    if prepared.body_hash is not None:
+        await agent_queries.set_registration_hash(conn, tenant, agent_id, prepared.body_hash)
     return RegistrationResult(created=created or bool(published), published=published, unchanged=unchanged)

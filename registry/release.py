@@ -111,6 +111,9 @@ class Instance(Wire):
     instance_id: str
     url: str | None
     expires_at: datetime
+    # The instance's own estimate of how busy it is, 0 to 1, from its last heartbeat (None: not sent).
+    load: float | None
+    last_seen_at: datetime
 
 
 class Endpoints(Wire):
@@ -134,7 +137,10 @@ def endpoints(card: dict[str, Any], instances: Sequence[Any]) -> Endpoints:
     return Endpoints(
         interfaces=msgspec.convert(card.get("supportedInterfaces", []), list[Interface]),
         instances=[
-            Instance(instance_id=row["instance_id"], url=row["url"], expires_at=row["expires_at"])
+            Instance(
+                instance_id=row["instance_id"], url=row["url"], expires_at=row["expires_at"],
+                load=row["load"], last_seen_at=row["last_seen_at"],
+            )
             for row in instances
         ],
     )

@@ -73,6 +73,10 @@ class ResponseCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def clear(self) -> None:
+        """Forget every entry (after writes that bypass the change sequence, e.g. in tests)."""
+        self._entries.clear()
+
     def get(self, key: Hashable, seq: int | None, now: float) -> CachedResponse | None:
         """The entry for `key` if it is current at sequence `seq` (None: caching is off) and time `now`."""
         if seq is None:

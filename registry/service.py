@@ -16,6 +16,7 @@ from auth.principal import Caller
 from auth.tokens import InvalidToken, TokenVerifier
 from db.changes import CHANGE_CHANNEL, LOCAL_CHANGE_LISTENERS, current_seq
 from db.group_commit import GroupCommit
+from db.leases import LeaseRenewals
 from db.pool import connect
 from registry.config import Settings
 from registry.problems import insufficient_scope, invalid_token
@@ -116,6 +117,8 @@ class Registry:
         self._keyring_lock = asyncio.Lock()
         # Audited writes of concurrent requests share one transaction and commit (db.group_commit).
         self.writes = GroupCommit(pool)
+        # Heartbeats of concurrent requests renewed in one statement and commit (db.leases).
+        self.leases = LeaseRenewals(pool)
         # Discovery pages and public cards, valid for one change sequence number (registry.response_cache).
         self.responses = ResponseCache()
         # Rows behind detail releases, on the same terms (registry.routes.details.skill_record).

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Annotated, Literal
 
 import msgspec
@@ -13,13 +13,13 @@ from litestar.params import JSONBody, PathParameter
 from auth.policy import can_see
 from db import agents as agent_queries
 from db import capabilities as capability_queries
-from db.changes import record_change
+from db.agents import LeaseRenewal
 from registry.audit import AuditEvent
 from registry.cards import public_agent_card
 from registry.discovery import AgentView, agent_view, capability_version, public_capability
 from registry.problems import ProblemError, insufficient_scope, not_found, problem_responses, tenant_mismatch
 from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN, AgentRegistration, PublicCapability
-from registry.registration import VersionRef, apply_registration, prepare_registration
+from registry.registration import VersionRef, apply_registration, prepare_registration, registration_digest
 from registry.response_cache import CachedResponse, etag_of, expiry
 from registry.service import registry_of, trace_id_of
 from registry.wire import Wire
@@ -27,6 +27,9 @@ from registry.wire import Wire
 TenantPath = Annotated[str, PathParameter(pattern=TENANT_PATTERN, description="tenant id")]
 AgentPath = Annotated[str, PathParameter(pattern=AGENT_ID_PATTERN, description="agent id")]
 SkillPath = Annotated[str, PathParameter(pattern=SKILL_ID_PATTERN, max_length=128, description="skill (capability) id")]
+
+
+_encoder = msgspec.json.Encoder()
 
 
 class RegistrationResponse(Wire):
@@ -38,7 +41,10 @@ class RegistrationResponse(Wire):
 class Heartbeat(Wire, forbid_unknown_fields=True):
     instance_id: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")]
     ttl_seconds: Annotated[int, msgspec.Meta(ge=5, le=3600)] = 30
-    url: Annotated[str, msgspec.Meta(max_length=2048)] | None = None
+    # No control characters: the value joins a statement shared with other requests' heartbeats.
+    url: Annotated[str, msgspec.Meta(max_length=2048, pattern=r"^[^\x00-\x1f\x7f]*$")] | None = None
+    # The instance's own estimate of how busy it is (routers prefer the least loaded).
+    load: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
 
 
 class HeartbeatResponse(Wire):
@@ -87,18 +93,57 @@ async def register_agent(
         raise await refused(insufficient_scope("registry:publish"), "agent.registered")
     if caller.tenant != tenant:
         raise await refused(tenant_mismatch(), "agent.registered")
-    prepared = prepare_registration(data)
+    # Agents re-register at every start: a body identical to the last one applied is answered
+    # from one indexed read, without a batch slot or a transaction. Not audited, like every
+    # re-registration that changes nothing (docs/audit.md).
+    digest = registration_digest(data)
+    if await agent_queries.registration_hash(registry.pool, tenant, agent_id) == digest:
+        entry = await agent_view_entry(registry, tenant, agent_id)
+        if entry is not None:
+            unchanged = _encoder.encode([VersionRef(id=skill.id, version=skill.version) for skill in data.skills])
+            return Response(
+                b'{"agent":' + entry.body + b',"published":[],"unchanged":' + unchanged + b"}",
+                media_type="application/json",
+            )
+    prepared = prepare_registration(data, digest)
     try:
         result = await registry.writes.run(
             lambda scope: apply_registration(scope, caller, tenant, agent_id, prepared, trace_id=trace_id_of(request))
         )
     except ProblemError as error:  # 409 version_conflict or incompatible_change: nothing applied
         raise await refused(error, "version.published") from None
+    entry = await agent_view_entry(registry, tenant, agent_id)
+    refs = _encoder.encode({"published": result.published, "unchanged": result.unchanged})
+    return Response(
+        b'{"agent":' + entry.body + b"," + refs[1:], status_code=201 if result.created else 200,
+        media_type="application/json",
+    )
+
+
+async def agent_view_entry(registry, tenant: str, agent_id: str) -> CachedResponse | None:
+    """The encoded agent public view (None: no such agent), from the per-process cache on the
+    public card's terms (registry.response_cache): dropped on any committed change, and ending
+    when the agent's first live lease lapses or a version becomes effective. A new instance of an
+    already healthy agent is not a change, so `liveInstances` may lag by the cache's max age."""
+    key = ("agent-view", tenant, agent_id)
+    entry = registry.responses.get(key, registry.watcher.cache_seq(), time.monotonic())
+    if entry is not None:
+        return entry
     async with registry.pool.acquire() as conn:
+        seq, next_effective = await capability_queries.snapshot_bounds(conn)
         agent = await agent_queries.get_agent(conn, tenant, agent_id)
-        skills = await capability_queries.latest_per_skill(conn, tenant, agent_id)
-    body = RegistrationResponse(agent=agent_view(agent, skills), published=result.published, unchanged=result.unchanged)
-    return Response(body, status_code=201 if result.created else 200)
+        skills = await capability_queries.latest_per_skill(conn, tenant, agent_id) if agent else []
+    if agent is None:
+        return None
+    body = msgspec.json.encode(agent_view(agent, skills))
+    first_lapse = agent["lease_bounds"][0] if agent["lease_bounds"] else None
+    entry = CachedResponse(
+        body=body, etag=etag_of(body), seq=seq,
+        expires=expiry(time.monotonic(), datetime.now(timezone.utc), [next_effective, first_lapse]),
+        extra=(agent["visibility"], tuple(agent["shared_with"])),
+    )
+    registry.responses.put(key, entry, registry.watcher.cache_seq())
+    return entry
 
 
 @get(
@@ -106,10 +151,13 @@ async def register_agent(
     summary="Agent public view",
     responses=problem_responses(401, 404),
 )
-async def get_agent(request: Request, tenant: TenantPath, agent_id: AgentPath) -> AgentView:
-    _, agent = await visible_agent(request, tenant, agent_id)
-    skills = await capability_queries.latest_per_skill(registry_of(request).pool, tenant, agent_id)
-    return agent_view(agent, skills)
+async def get_agent(request: Request, tenant: TenantPath, agent_id: AgentPath) -> Response[AgentView]:
+    registry = registry_of(request)
+    caller = await registry.caller(request)
+    entry = await agent_view_entry(registry, tenant, agent_id)
+    if entry is None or not can_see(caller, tenant=tenant, visibility=entry.extra[0], shared_with=entry.extra[1]):
+        raise not_found("no such agent")
+    return Response(entry.body, media_type="application/json")
 
 
 @get(
@@ -178,14 +226,11 @@ async def heartbeat(request: Request, tenant: TenantPath, agent_id: AgentPath, d
         if agent is None or not can_see(caller, tenant=tenant, visibility=agent["visibility"], shared_with=agent["shared_with"]):
             raise not_found("no such agent")
         raise tenant_mismatch()
-    expires_at = datetime.now(timezone.utc) + timedelta(seconds=data.ttl_seconds)
-    async with registry.pool.acquire() as conn, conn.transaction():
-        if await agent_queries.get_agent(conn, tenant, agent_id) is None:
-            raise not_found("no such agent")
-        became_healthy = await agent_queries.renew_lease(conn, tenant, agent_id, data.instance_id, data.url, expires_at)
-        if became_healthy:
-            # Health shows in discovery: a change, so caches and ETags move on.
-            await record_change(conn, "agent.health", tenant, agent_id, f"{tenant}/{agent_id}")
+    expires_at = await registry.leases.renew(
+        LeaseRenewal(tenant, agent_id, data.instance_id, data.url, data.ttl_seconds, data.load)
+    )
+    if expires_at is None:  # not registered: the instance registers, then heartbeats again
+        raise not_found("no such agent; register it first")
     return HeartbeatResponse(health="healthy", expires_at=expires_at)
 
 

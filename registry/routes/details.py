@@ -110,7 +110,7 @@ async def release(
     summary="Capability detail: schemas, examples and endpoints (tenant, scope and region checks)",
     description=(
         "Public fields plus `inputSchema`, `outputSchema`, `examples` and `endpoints` = "
-        "`{interfaces: [the agent's own A2A supportedInterfaces], instances: [{instanceId, url, expiresAt}] "
+        "`{interfaces: [the agent's own A2A supportedInterfaces], instances: [{instanceId, url, expiresAt, load, lastSeenAt}] "
         "(live heartbeat leases)}`. Checks in order: visible (404), exact retired version (410), every "
         "capability scope held (403 insufficient_scope with missingScopes), token `regions` intersect "
         "`dataRegions` when declared (403 data_location_denied). Every answer is audited."

@@ -81,6 +81,7 @@ async def discover(
     tenant: Annotated[str | None, QueryParameter(max_length=64)] = None,
     status: Annotated[Literal["active", "deprecated"] | None, QueryParameter()] = None,
     versions: Annotated[Literal["latest", "all"], QueryParameter()] = "latest",
+    health: Annotated[Literal["healthy"] | None, QueryParameter(description="healthy: only agents with a live instance")] = None,
     limit: Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT, description=f"page size, at most {MAX_LIMIT}")] = 50,
     cursor: Annotated[str | None, QueryParameter(max_length=1024)] = None,
 ) -> Response[DiscoveryPage]:
@@ -89,13 +90,14 @@ async def discover(
     # Routers ask the same few questions over and over: answer from the per-process cache, which
     # is exact (registry.response_cache), and a matching If-None-Match without any query.
     key = ("discover", viewer, q, skill, tuple(tag) if tag else None, side_effect_max, region, agent, tenant,
-           status, versions, limit, cursor)
+           status, versions, health, limit, cursor)
     seq = registry.watcher.cache_seq()
     entry = registry.responses.get(key, seq, time.monotonic())
     if entry is None:
         entry = await _discovery_page(
             registry, viewer=viewer, q=q, skill=skill, tags=tag, side_effect_max=side_effect_max, region=region,
             agent=agent, tenant=tenant, status=status, versions=versions, limit=limit, cursor=cursor,
+            healthy_only=health == "healthy",
         )
         registry.responses.put(key, entry, registry.watcher.cache_seq())
     # The same entry under the query's exact wording, for `_answer_from_cache` next time.

@@ -1,0 +1,112 @@
+"""Batched lease renewal: the heartbeats of concurrent requests renewed in one statement and one commit.
+
+A heartbeat renews a lease; it is not an audited change. So it takes no savepoint, no audit head
+and no change-feed entry, except when an agent's health flips from stale or unknown to healthy
+(discovery shows health, so its caches must move on). Queued renewals are written by one
+`INSERT ... SELECT FROM unnest(...) ON CONFLICT` per batch in key order; the answer of each
+request leaves after the commit that made its lease durable. Heartbeats for agents that are not
+registered ride in the same statement and simply get no row back, so a storm of them costs no
+more than the same number of valid ones.
+
+Input is validated before it is queued (registry.routes.agents.Heartbeat); should a batch fail
+all the same, each renewal is retried alone, so one request can never fail another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import datetime
+
+import asyncpg
+
+from db.agents import LeaseRenewal, renew_leases
+from db.changes import record_changes
+
+log = logging.getLogger("capreg.db")
+
+
+class LeaseRenewals:
+    def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 512, concurrency: int = 2):
+        self.pool = pool
+        self.max_batch = max_batch
+        # Batches in flight at once: one writes while another waits for its commit to be durable.
+        self._slots = asyncio.Semaphore(concurrency)
+        self._queue: list[tuple[LeaseRenewal, asyncio.Future]] = []
+        self._batches: set[asyncio.Task] = set()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._batches:
+            await asyncio.gather(*self._batches, return_exceptions=True)
+        for _, future in self._queue:
+            if not future.done():
+                future.set_exception(ConnectionError("the registry is shutting down"))
+
+    async def renew(self, renewal: LeaseRenewal) -> datetime | None:
+        """The lease's new expiry once it is durable, or None when the agent is not registered."""
+        future = asyncio.get_running_loop().create_future()
+        self._queue.append((renewal, future))
+        self._wake.set()
+        return await future
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue:
+                await self._slots.acquire()
+                batch = self._queue[: self.max_batch]
+                del self._queue[: self.max_batch]
+                task = asyncio.create_task(self._settle(batch))
+                self._batches.add(task)
+                task.add_done_callback(self._batches.discard)
+
+    async def _settle(self, batch: list[tuple[LeaseRenewal, asyncio.Future]]) -> None:
+        try:
+            try:
+                await self._commit(batch)
+            except Exception:
+                if len(batch) == 1:
+                    raise
+                log.warning("lease batch of %d failed; renewing each alone", len(batch), exc_info=True)
+                for item in batch:
+                    try:
+                        await self._commit([item])
+                    except Exception as exc:
+                        if not item[1].done():
+                            item[1].set_exception(exc)
+        except Exception as exc:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+        finally:
+            self._slots.release()
+
+    async def _commit(self, batch: list[tuple[LeaseRenewal, asyncio.Future]]) -> None:
+        # One row per instance (the last heartbeat wins); every request for it gets the same answer.
+        latest: dict[tuple[str, str, str], LeaseRenewal] = {}
+        for renewal, future in batch:
+            if not future.done():
+                latest[(renewal.tenant, renewal.agent_id, renewal.instance_id)] = renewal
+        if not latest:
+            return
+        renewals = [latest[key] for key in sorted(latest)]
+        async with self.pool.acquire() as conn, conn.transaction():
+            renewed = await renew_leases(conn, renewals)
+            revived = sorted({(r.tenant, r.agent_id) for r in renewed if r.revived})
+            # Health shows in discovery and cards: a flip is a change, so caches and ETags move on.
+            await record_changes(conn, [("agent.health", t, a, f"{t}/{a}") for t, a in revived])
+        expiries = {(r.tenant, r.agent_id, r.instance_id): r.expires_at for r in renewed}
+        for renewal, future in batch:
+            if not future.done():
+                future.set_result(expiries.get((renewal.tenant, renewal.agent_id, renewal.instance_id)))
