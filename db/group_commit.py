@@ -10,7 +10,14 @@ rolls back to its savepoint alone.
 A few batches are in flight at once, so one runs its writes while another waits for its commit to
 become durable. Writes take only their own row or advisory locks while they run; the two global
 heads are locked last, once per batch, always in the same order, so batches cannot deadlock on
-them. Should two batches still deadlock on their writes' own locks, each write is retried alone.
+them; the change feed's rows go in with one multi-row statement per batch.
+
+One request can never fail another. A write fails inside its own savepoint. Its audit events are
+made storable before they join the batch (characters PostgreSQL cannot hold in text, NUL and lone
+surrogates, are replaced, never dropped, so a refusal caused by such a value is still recorded).
+Should the batch fail all the same after its writes (a deadlock on the writes' own locks, a head
+append, the commit), nothing of it was acknowledged: each request is then run again alone, in its
+own transaction, so whatever failed fails only its own request.
 """
 
 from __future__ import annotations
@@ -22,15 +29,49 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import asyncpg
+import msgspec
 
 from db.audit import append_events
-from db.changes import record_change
+from db.changes import record_changes
 from registry.audit import AuditEvent
 
 log = logging.getLogger("capreg.db")
 
 T = TypeVar("T")
 _RETRY_ALONE = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
+
+
+def _outcome_unknown(exc: Exception) -> bool:
+    """The connection broke: the commit may or may not have happened, so nothing is run again."""
+    if isinstance(exc, ValueError):  # asyncpg refusing an argument before sending it: nothing was sent
+        return False
+    return isinstance(exc, (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError, asyncio.TimeoutError))
+
+
+def _storable_text(value: str) -> str:
+    if "\x00" in value:
+        value = value.replace("\x00", "\ufffd")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: asyncpg cannot even send them
+        value = value.encode("utf-8", "replace").decode("utf-8")
+    return value
+
+
+def storable_event(event: AuditEvent) -> AuditEvent:
+    """The event with every string PostgreSQL's text type could refuse made storable (pure)."""
+    changes = {}
+    for name in event.__struct_fields__:
+        value = getattr(event, name)
+        if isinstance(value, str):
+            clean = _storable_text(value)
+        elif isinstance(value, list) and any(isinstance(item, str) for item in value):
+            clean = [_storable_text(item) if isinstance(item, str) else item for item in value]
+        else:
+            continue
+        if clean != value:
+            changes[name] = clean
+    return msgspec.structs.replace(event, **changes) if changes else event
 
 
 class WriteScope:
@@ -43,7 +84,7 @@ class WriteScope:
         self.changes: list[tuple[str, str, str, str]] = []
 
     def audit(self, *events: AuditEvent) -> None:
-        self.events.extend(events)
+        self.events.extend(storable_event(event) for event in events)
 
     def change(self, kind: str, tenant: str, agent_id: str, ref: str) -> None:
         self.changes.append((kind, tenant, agent_id, ref))
@@ -88,7 +129,8 @@ class GroupCommit:
     async def record(self, events: list[AuditEvent]) -> None:
         """Append audit events on their own (refusals, releases): durable when this returns."""
         future = asyncio.get_running_loop().create_future()
-        self._queue.append((list(events), future))  # events alone: nothing to roll back, no savepoint
+        # Events alone: nothing to roll back, no savepoint.
+        self._queue.append(([storable_event(event) for event in events], future))
         self._wake.set()
         await future
 
@@ -119,11 +161,18 @@ class GroupCommit:
         try:
             async with self.pool.acquire() as conn:
                 outcomes = await self._execute(conn, batch)
-        except _RETRY_ALONE:
-            if len(batch) == 1:
+        except Exception as exc:
+            if len(batch) == 1 or _outcome_unknown(exc):
                 raise
+            # Nothing of the batch was acknowledged, and nothing of it is durable: run each alone.
+            if not isinstance(exc, _RETRY_ALONE):
+                log.warning("group commit batch of %d failed (%r); running each write alone", len(batch), exc)
             for item in batch:
-                await self._commit([item])
+                try:
+                    await self._commit([item])
+                except Exception as alone:
+                    if not item[1].done():
+                        item[1].set_exception(alone)
             return
         for future, ok, value in outcomes:
             if future.done():
@@ -157,7 +206,7 @@ class GroupCommit:
                 outcomes.append((future, True, value))
                 events += scope.events
                 changes += scope.changes
-            for change in changes:
-                await record_change(conn, *change)
+            # The heads, last and in a fixed order: change feed, then audit chain.
+            await record_changes(conn, changes)
             await append_events(conn, events)
         return outcomes

@@ -1,0 +1,174 @@
+"""GroupCommit directly (db/group_commit.py): one request's failure stays its own, nothing
+acknowledged is lost when the process dies, and concurrent batches keep both sequences gap-free."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import signal
+import sys
+
+import asyncpg
+import pytest
+
+from db.group_commit import GroupCommit, storable_event
+from registry.audit import AuditEvent
+from tests.conftest import ROOT
+
+
+@pytest.fixture
+async def probe_table(db):
+    await db.execute("""CREATE TABLE IF NOT EXISTS group_commit_probe (tenant text NOT NULL, id text NOT NULL, PRIMARY KEY (tenant, id))""")
+    # Checked only at commit: a write that passes its savepoint and then fails the whole batch's commit.
+    await db.execute("""CREATE TABLE IF NOT EXISTS group_commit_deferred (
+                            id text, CONSTRAINT group_commit_deferred_unique UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)""")
+    return db
+
+
+@pytest.fixture
+async def writes(db):
+    group = GroupCommit(db, max_batch=64)
+    group.start()
+    yield group
+    await group.stop()
+
+
+def inserting(tenant: str, key: str, *, table: str = "group_commit_probe", ref: str | None = None):
+    async def write(scope):
+        if table == "group_commit_probe":
+            await scope.conn.execute("INSERT INTO group_commit_probe (tenant, id) VALUES ($1, $2)", tenant, key)
+        else:
+            await scope.conn.execute(f"INSERT INTO {table} (id) VALUES ($1)", key)
+        scope.audit(AuditEvent(type="probe.written", outcome="allowed", tenant=tenant, ref=ref or f"{tenant}/{key}"))
+        scope.change("probe.written", tenant, "probe", f"{tenant}/{key}")
+        return key
+    return write
+
+
+async def stored(db, tenant) -> set[str]:
+    return {r["id"] for r in await db.fetch("SELECT id FROM group_commit_probe WHERE tenant = $1", tenant)}
+
+
+async def events(db, tenant) -> list[asyncpg.Record]:
+    return await db.fetch("SELECT type, ref, reason FROM audit_events WHERE tenant = $1 ORDER BY seq", tenant)
+
+
+async def test_a_failing_write_fails_only_its_own_request(probe_table, writes, db):
+    tenant = "gc" + secrets.token_hex(4)
+
+    async def raises(scope):
+        await scope.conn.execute("INSERT INTO group_commit_probe (tenant, id) VALUES ($1, 'undone')", tenant)
+        raise ValueError("refused by its own logic")
+
+    async def bad_value(scope):
+        await scope.conn.execute("INSERT INTO group_commit_probe (tenant, id) VALUES ($1, $2)", tenant, "nul\x00here")
+
+    good = [inserting(tenant, f"ok{n}") for n in range(20)]
+    duplicate = inserting(tenant, "ok3")  # unique violation inside its savepoint
+    results = await asyncio.gather(
+        *[writes.run(w) for w in good[:10]], writes.run(raises), writes.run(bad_value), writes.run(duplicate),
+        *[writes.run(w) for w in good[10:]], return_exceptions=True,
+    )
+    assert results[:10] == [f"ok{n}" for n in range(10)] and results[13:] == [f"ok{n}" for n in range(10, 20)]
+    assert isinstance(results[10], ValueError)
+    assert isinstance(results[11], asyncpg.CharacterNotInRepertoireError)
+    assert isinstance(results[12], asyncpg.UniqueViolationError)
+    assert await stored(db, tenant) == {f"ok{n}" for n in range(20)}
+    # Only the writes that succeeded were audited, once each.
+    assert sorted(r["ref"] for r in await events(db, tenant)) == sorted(f"{tenant}/ok{n}" for n in range(20))
+
+
+async def test_a_value_the_audit_log_cannot_store_is_recorded_replaced_and_fails_nobody(probe_table, writes, db):
+    tenant = "gc" + secrets.token_hex(4)
+    refusal = AuditEvent(type="ticket.denied", outcome="denied", tenant=tenant, actor="mallory\x00", ref=f"{tenant}/x@\x00\ud800",
+                         reason="invalid_request", scopes=["a\x00b"])
+    results = await asyncio.gather(
+        *[writes.run(inserting(tenant, f"ok{n}")) for n in range(10)],
+        writes.record([refusal]),
+        writes.run(inserting(tenant, "poisoned", ref=f"{tenant}/poisoned\x00")),
+        return_exceptions=True,
+    )
+    assert not [r for r in results if isinstance(r, BaseException)], results
+    assert await stored(db, tenant) == {f"ok{n}" for n in range(10)} | {"poisoned"}
+    rows = await db.fetch("SELECT actor, ref, scopes FROM audit_events WHERE tenant = $1 AND type = 'ticket.denied'", tenant)
+    assert [(r["actor"], r["ref"], list(r["scopes"])) for r in rows] == [("mallory\ufffd", f"{tenant}/x@\ufffd?", ["a\ufffdb"])]
+    assert f"{tenant}/poisoned\ufffd" in {r["ref"] for r in await events(db, tenant)}
+
+
+def test_storable_event_changes_only_what_postgresql_refuses():
+    clean = AuditEvent(type="t", outcome="allowed", ref="a/b", scopes=["x"])
+    assert storable_event(clean) is clean
+    assert storable_event(AuditEvent(type="t", outcome="allowed", reason="\x00")).reason == "\ufffd"
+
+
+async def test_a_batch_that_fails_at_commit_is_rerun_write_by_write(probe_table, writes, db):
+    tenant = "gc" + secrets.token_hex(4)
+    taken = "taken-" + tenant
+    await db.execute("INSERT INTO group_commit_deferred (id) VALUES ($1)", taken)
+    results = await asyncio.gather(
+        *[writes.run(inserting(tenant, f"ok{n}")) for n in range(10)],
+        writes.run(inserting(tenant, taken, table="group_commit_deferred")),  # passes its savepoint, fails the commit
+        *[writes.run(inserting(tenant, f"ok{n}")) for n in range(10, 15)],
+        return_exceptions=True,
+    )
+    assert isinstance(results[10], asyncpg.UniqueViolationError)
+    assert [r for i, r in enumerate(results) if i != 10] == [f"ok{n}" for n in range(15)]
+    assert await stored(db, tenant) == {f"ok{n}" for n in range(15)}
+    assert sorted(r["ref"] for r in await events(db, tenant)) == sorted(f"{tenant}/ok{n}" for n in range(15))
+
+
+async def test_nothing_acknowledged_is_lost_when_the_process_dies_between_writes_and_commit(probe_table, database_url, db):
+    tenant = "gc" + secrets.token_hex(4)
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.group_commit_child", database_url, tenant,
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ},
+    )
+    acked: set[str] = set()
+    try:
+        async with asyncio.timeout(60):
+            while True:
+                line = (await child.stdout.readline()).decode().strip()
+                assert line, (await child.stderr.read()).decode()
+                word, key = line.split()
+                if word == "ack":
+                    acked.add(key)
+                elif word == "written":  # its row is inserted; the commit has not happened
+                    break
+        child.send_signal(signal.SIGKILL)
+        await child.wait()
+    finally:
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
+    present = await stored(db, tenant)
+    assert len(acked) >= 200
+    assert acked <= present, acked - present
+    assert "stalled" not in present
+    # Audit events and rows went in together or not at all.
+    assert {r["ref"] for r in await events(db, tenant)} == {f"{tenant}/{key}" for key in present}
+
+
+async def test_concurrent_batches_keep_the_chain_and_the_feed_gap_free(probe_table, db, database_url, tmp_path):
+    tenant = "gc" + secrets.token_hex(4)
+    group = GroupCommit(db, max_batch=8, concurrency=3)
+    group.start()
+    try:
+        results = await asyncio.gather(*[group.run(inserting(tenant, f"w{n}")) for n in range(300)],
+                                       *[group.record([AuditEvent(type="probe.refused", outcome="denied", tenant=tenant)]) for _ in range(50)])
+    finally:
+        await group.stop()
+    assert results[:300] == [f"w{n}" for n in range(300)]
+    audit = await db.fetchrow("SELECT count(*) AS n, min(seq) AS lo, max(seq) AS hi FROM audit_events")
+    assert (audit["lo"], audit["hi"]) == (1, audit["n"])
+    assert audit["hi"] == await db.fetchval("SELECT seq FROM audit_head WHERE id = 1")
+    feed = await db.fetchrow("SELECT count(*) AS n, min(seq) AS lo, max(seq) AS hi FROM changes")
+    assert (feed["lo"], feed["hi"]) == (1, feed["n"])
+    assert len(await events(db, tenant)) == 350
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "registry.cli", "audit", "verify", cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": database_url, "CAPREG_HOME": str(tmp_path)},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    assert process.returncode == 0, (out + err).decode()
