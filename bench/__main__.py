@@ -44,7 +44,14 @@ TARGETS = {
     "ticket_mint": {"rps": 0.2},
     "introspect": {"rps": 0.4},
     "register_versions": {"rps": 0.04},
+    "register_agents": {"rps": 0.04},
+    "heartbeat": {"rps": 0.3},
+    "reregister_unchanged": {"rps": 0.25},
+    "agent_view": {"rps": 0.8},
 }
+# Instances one worker keeps alive at a 30 s lease: the heartbeat rate (8 clients) times 30.
+INSTANCES_TARGET = 100_000
+LEASE_TTL = 30
 
 
 # ----------------------------------------------------------------------------- processes
@@ -451,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
             [{"method": "GET", "path": first_page, "headers": {"If-None-Match": etag}}], expect=(304,))
         run("agent_card", "A2A agent card",
             [{"method": "GET", "path": f"/v1/agents/{a.tenant}/{a.agent_id}/.well-known/agent-card.json"} for a in public])
+        run("agent_view", "agent view GET /v1/agents/{t}/{a}",
+            [{"method": "GET", "path": f"/v1/agents/{a.tenant}/{a.agent_id}"} for a in public])
 
         auth = {"Authorization": f"Bearer {reader}"}
         detail_path = "/v1/agents/{tenant}/{agent_id}/skills/{skill_id}/versions/{version}"
@@ -488,6 +497,32 @@ def main(argv: list[str] | None = None) -> int:
                 unavailable("introspect", "ticket introspection", "no ticket could be minted for it")
         else:
             unavailable("introspect", "ticket introspection", "POST /v1/tickets/introspect not served")
+
+        # -- fleet: heartbeats (5 instances per agent, all tenants), a storm for unregistered agents,
+        # and a restart storm of unchanged re-registrations (the cards loaded above, sent again).
+        def publisher(a):
+            return {"Authorization": f"Bearer {publishers[a.tenant]}", "Content-Type": "application/json"}
+
+        beats = [{"method": "POST", "path": f"/v1/agents/{a.tenant}/{a.agent_id}/heartbeat", "headers": publisher(a),
+                  "body": json.dumps({"instanceId": f"i-{n}", "url": f"https://{a.agent_id}-{n}.internal", "ttlSeconds": LEASE_TTL,
+                                      "load": (n * 37 + len(a.agent_id)) % 101 / 100})}
+                 for n in range(5) for a in specs]
+        run("heartbeat", f"heartbeat ({args.writers} clients)", beats, connections=args.writers)
+        heartbeats = results[-1]
+        instances = Result("instances_per_worker", f"instances per worker at ttl {LEASE_TTL} s (heartbeat rate x {LEASE_TTL})",
+                           rps=heartbeats.rps * LEASE_TTL, target={"instances": INSTANCES_TARGET},
+                           meets_target=heartbeats.rps * LEASE_TTL >= INSTANCES_TARGET and heartbeats.errors == 0,
+                           note="derived")
+        results.append(instances)
+        print(f"  {instances.title}: {instances.rps:,.0f}", flush=True)
+        run("heartbeat_32", f"heartbeat ({args.connections} connections)", beats)
+        ghosts = [{"method": "POST", "path": f"/v1/agents/{a.tenant}/ghost-{a.agent_id}/heartbeat", "headers": publisher(a),
+                   "body": json.dumps({"instanceId": "i-0", "ttlSeconds": LEASE_TTL})} for a in specs]
+        run("heartbeat_unknown", f"heartbeat for unregistered agents, 404 ({args.writers} clients)", ghosts,
+            expect=(404,), connections=args.writers)
+        run("reregister_unchanged", f"re-registration of an unchanged card ({args.writers} clients)",
+            [{"method": "PUT", "path": f"/v1/agents/{a.tenant}/{a.agent_id}", "headers": publisher(a),
+              "body": json.dumps(a.card)} for a in specs], connections=args.writers)
 
         writes = {"host": "127.0.0.1", "port": registry.port, "connections": args.writers, "duration": args.duration,
                   "warmup": 0, "expect": [201],
@@ -533,6 +568,10 @@ def table(results: list[Result], args) -> str:
             lines.append(f"{r.title:<52} {'not available':>9}  ({r.note})")
             continue
         ratio = lambda k: f"{r.ratios[k]:.2f}" if r.ratios.get(k) is not None else "-"  # noqa: E731
+        if r.name == "instances_per_worker":
+            verdict = ("ok" if r.meets_target else "MISS") + f" (>= {r.target['instances']:,})"
+            lines.append(f"{r.title:<52} {r.rps:>9,.0f}  {verdict}")
+            continue
         verdict = "" if r.meets_target is None else ("ok" if r.meets_target else "MISS") + f" (>= {r.target['rps']}x" + (
             f", p99 <= {r.target['p99']}x)" if "p99" in r.target else ")")
         lines.append(f"{r.title:<52} {r.rps:>9,.1f} {ratio('rps'):>7} {r.p50_ms:>8.2f} {ratio('p50'):>7} {r.p99_ms:>8.2f} "

@@ -53,11 +53,13 @@ def test_the_benchmark_runs_end_to_end_at_a_tiny_size(tmp_path):
     report = json.loads(path.read_text())
     results = {r["name"]: r for r in report["results"]}
     assert results["register_agents"]["requests"] == 20
-    for name in ("baseline", "discovery", "filtered", "conditional", "agent_card", "register_versions"):
+    for name in ("baseline", "discovery", "filtered", "conditional", "agent_card", "agent_view", "heartbeat", "heartbeat_unknown",
+                 "reregister_unchanged", "register_versions"):
         assert results[name]["requests"] > 0 and results[name]["errors"] == 0, results[name]
         assert results[name]["rss_mb"] > 0
     assert results["discovery"]["ratios"]["rps"] > 0
     for name in ("detail", "ticket_mint", "introspect"):  # measured, or reported as not available
         assert results[name]["available"] is False or results[name]["errors"] == 0, results[name]
+    assert results["instances_per_worker"]["rps"] == results["heartbeat"]["rps"] * 30
     assert "public first page (limit 50)" in report["explain"]
     assert "req/s" in run.stdout
