@@ -352,6 +352,32 @@ async def explain_plans(dsn: str) -> dict[str, str]:
     return plans
 
 
+async def durable_commit_ms(dsn: str, commits: int = 200) -> dict[str, float]:
+    """Latency of one durable single-row commit on the database under test (p50 and p99 ms), and
+    of the same statement writing nothing (no WAL to flush): what bounds a closed-loop client that
+    waits for its write to be durable, such as a heartbeat."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    figures = {}
+    try:
+        await conn.execute("CREATE TABLE IF NOT EXISTS bench_commit_probe (id int PRIMARY KEY, at timestamptz)")
+        for label, sql in (("write", "INSERT INTO bench_commit_probe VALUES (1, now()) ON CONFLICT (id) DO UPDATE SET at = now()"),
+                           ("no_write", "SELECT 1 FROM bench_commit_probe WHERE id = -1")):
+            samples = []
+            for _ in range(commits):
+                started = time.perf_counter()
+                await conn.execute(sql)
+                samples.append(time.perf_counter() - started)
+            samples.sort()
+            figures[f"{label}_p50_ms"] = round(samples[len(samples) // 2] * 1000, 3)
+            figures[f"{label}_p99_ms"] = round(samples[int(len(samples) * 0.99)] * 1000, 3)
+        await conn.execute("DROP TABLE bench_commit_probe")
+    finally:
+        await conn.close()
+    return figures
+
+
 # ----------------------------------------------------------------------------- scenarios
 
 
@@ -373,7 +399,7 @@ def openapi_paths(base: str) -> set[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--agents", type=int, default=1000, help="agents to load (3 to 5 skills each; default 1000)")
+    parser.add_argument("--agents", type=int, help="agents to load (3 to 5 skills each; default 1000, 2000 with --replicas)")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per scenario (default 10)")
     parser.add_argument("--connections", type=int, default=32, help="load-generator connections (default 32)")
     parser.add_argument("--writers", type=int, default=8, help="concurrent registration clients (default 8)")
@@ -382,7 +408,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database-url", help="create a fresh database on this PostgreSQL server (default: embedded)")
     parser.add_argument("--no-explain", action="store_true", help="skip EXPLAIN (ANALYZE, BUFFERS) of the discovery queries")
     parser.add_argument("--out", type=Path, default=RESULTS, help="directory for the JSON results")
+    parser.add_argument("--only", help="comma-separated scenario names to run (default: all), e.g. heartbeat,agent_view")
+    parser.add_argument("--replicas", type=int, default=0,
+                        help="run the several-replicas scenario instead (bench/replicas.py): N capreg serve on one PostgreSQL")
+    parser.add_argument("--rounds", type=int, default=3, help="with --replicas: registrations of each agent (default 3)")
     args = parser.parse_args(argv)
+    if args.replicas:
+        from bench import replicas
+
+        args.agents = args.agents or 2000
+        return replicas.main(args)
+    args.agents = args.agents or 1000
 
     # pgserver keeps a runtime dir under XDG_RUNTIME_DIR and platformdirs warns when it is unset.
     os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="capreg-bench-run-"))  # mode 0700
@@ -393,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     registry = Capreg(args.database_url, args.workers, home)
     results: list[Result] = []
     plans: dict[str, str] = {}
+    commit_latency: dict[str, float] = {}
     try:
         # -- baseline
         bport = free_port()
@@ -440,7 +477,11 @@ def main(argv: list[str] | None = None) -> int:
             return {"host": "127.0.0.1", "port": registry.port, "connections": connections or args.connections,
                     "duration": args.duration, "warmup": warmup, "expect": list(expect), "requests": requests}
 
+        only = set(args.only.split(",")) if args.only else None
+
         def run(name, title, requests, expect=(200,), connections=None):
+            if only is not None and name not in only:
+                return
             result = measure(Result(name, title), job_for(requests, expect, connections), pid)
             compare(result, baseline)
             results.append(result)
@@ -507,15 +548,23 @@ def main(argv: list[str] | None = None) -> int:
                   "body": json.dumps({"instanceId": f"i-{n}", "url": f"https://{a.agent_id}-{n}.internal", "ttlSeconds": LEASE_TTL,
                                       "load": (n * 37 + len(a.agent_id)) % 101 / 100})}
                  for n in range(5) for a in specs]
+        if only is None or "heartbeat" in only:
+            dsn, handle = registry.dsn()
+            commit_latency = asyncio.run(durable_commit_ms(dsn))
+            del handle
+            print(f"  durable commit on this database: p50 {commit_latency['write_p50_ms']} ms, p99 {commit_latency['write_p99_ms']} ms "
+                  f"(nothing written: p50 {commit_latency['no_write_p50_ms']} ms)", flush=True)
         run("heartbeat", f"heartbeat ({args.writers} clients)", beats, connections=args.writers)
-        heartbeats = results[-1]
-        instances = Result("instances_per_worker", f"instances per worker at ttl {LEASE_TTL} s (heartbeat rate x {LEASE_TTL})",
-                           rps=heartbeats.rps * LEASE_TTL, target={"instances": INSTANCES_TARGET},
-                           meets_target=heartbeats.rps * LEASE_TTL >= INSTANCES_TARGET and heartbeats.errors == 0,
-                           note="derived")
-        results.append(instances)
-        print(f"  {instances.title}: {instances.rps:,.0f}", flush=True)
+        if results[-1].name == "heartbeat":
+            heartbeats = results[-1]
+            instances = Result("instances_per_worker", f"instances per worker at ttl {LEASE_TTL} s (heartbeat rate x {LEASE_TTL})",
+                               rps=heartbeats.rps * LEASE_TTL, target={"instances": INSTANCES_TARGET},
+                               meets_target=heartbeats.rps * LEASE_TTL >= INSTANCES_TARGET and heartbeats.errors == 0,
+                               note="derived")
+            results.append(instances)
+            print(f"  {instances.title}: {instances.rps:,.0f}", flush=True)
         run("heartbeat_32", f"heartbeat ({args.connections} connections)", beats)
+        run("heartbeat_128", "heartbeat (128 connections)", beats, connections=128)
         ghosts = [{"method": "POST", "path": f"/v1/agents/{a.tenant}/ghost-{a.agent_id}/heartbeat", "headers": publisher(a),
                    "body": json.dumps({"instanceId": "i-0", "ttlSeconds": LEASE_TTL})} for a in specs]
         run("heartbeat_unknown", f"heartbeat for unregistered agents, 404 ({args.writers} clients)", ghosts,
@@ -524,13 +573,14 @@ def main(argv: list[str] | None = None) -> int:
             [{"method": "PUT", "path": f"/v1/agents/{a.tenant}/{a.agent_id}", "headers": publisher(a),
               "body": json.dumps(a.card)} for a in specs], connections=args.writers)
 
-        writes = {"host": "127.0.0.1", "port": registry.port, "connections": args.writers, "duration": args.duration,
-                  "warmup": 0, "expect": [201],
-                  "registration": {"seed": args.seed, "count": args.agents, "rounds": [1, 1000], "tokens": publishers}}
-        registered = measure(Result("register_versions", f"register new versions ({args.writers} clients), agents/s"), writes, pid)
-        compare(registered, baseline)
-        results.append(registered)
-        print(f"  new versions: {registered.rps:,.1f} agents/s, p99 {registered.p99_ms:.1f} ms, {registered.errors} errors", flush=True)
+        if only is None or "register_versions" in only:
+            writes = {"host": "127.0.0.1", "port": registry.port, "connections": args.writers, "duration": args.duration,
+                      "warmup": 0, "expect": [201],
+                      "registration": {"seed": args.seed, "count": args.agents, "rounds": [1, 1000], "tokens": publishers}}
+            registered = measure(Result("register_versions", f"register new versions ({args.writers} clients), agents/s"), writes, pid)
+            compare(registered, baseline)
+            results.append(registered)
+            print(f"  new versions: {registered.rps:,.1f} agents/s, p99 {registered.p99_ms:.1f} ms, {registered.errors} errors", flush=True)
         compare(loaded, baseline)
 
         if not args.no_explain:
@@ -550,6 +600,7 @@ def main(argv: list[str] | None = None) -> int:
         "elapsed_seconds": round(time.monotonic() - started, 1),
         "results": [r.__dict__ for r in results],
         "explain": plans,
+        "durable_commit": commit_latency,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"

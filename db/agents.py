@@ -87,18 +87,21 @@ class RenewedLease(NamedTuple):
     agent_id: str
     instance_id: str
     expires_at: datetime
-    # The agent had no live lease before this statement: its health flips to healthy.
-    revived: bool
+    # The change-feed seq recorded because the agent had no live lease before (its health flipped
+    # to healthy), else None.
+    change_seq: int | None
 
 
-async def renew_leases(conn: asyncpg.Connection, renewals: list[LeaseRenewal]) -> list[RenewedLease]:
-    """Upsert many instance leases in one statement; agents that are not registered get no row and
-    are absent from the answer. `renewals` must not repeat an instance (ON CONFLICT updates a row
-    once per statement); rows are written in key order, so concurrent batches lock in one order.
+async def renew_leases(conn: asyncpg.Connection, renewals: list[LeaseRenewal], channel: str) -> list[RenewedLease]:
+    """Upsert many instance leases, and log a change for every agent whose health flips to healthy,
+    in one statement: atomic and durable on its own, one round trip and one commit whatever the
+    batch size. Agents that are not registered get no row and are absent from the answer.
 
-    Every sub-statement sees the snapshot before the upsert, so `revived` is judged on the leases
-    as they were; concurrent batches may both judge an agent revived (a spare change, harmless),
-    never neither.
+    `renewals` must not repeat an instance (ON CONFLICT updates a row once per statement); rows are
+    written in key order, then the change head, so concurrent batches lock in one order. Every
+    part of the statement sees the leases as they were before it, so a flip is judged on those;
+    two concurrent batches may both log one (a spare change, harmless), never neither. The head is
+    locked only when something flipped.
     """
     if not renewals:
         return []
@@ -119,10 +122,29 @@ async def renew_leases(conn: asyncpg.Connection, renewals: list[LeaseRenewal]) -
                   SET url = coalesce(EXCLUDED.url, x.url), load = EXCLUDED.load, expires_at = EXCLUDED.expires_at,
                       last_seen_at = EXCLUDED.last_seen_at, updated_at = EXCLUDED.updated_at
                RETURNING x.tenant, x.agent_id, x.instance_id, x.expires_at
+           ), flipped AS (
+               SELECT DISTINCT r.tenant, r.agent_id FROM renewed r JOIN revived v USING (tenant, agent_id)
+           ), head AS (
+               UPDATE change_head SET seq = seq + (SELECT count(*) FROM flipped)
+                WHERE id = 1 AND EXISTS (SELECT 1 FROM flipped)
+               RETURNING seq
+           ), numbered AS (
+               SELECT f.tenant, f.agent_id,
+                      (SELECT seq FROM head) - count(*) OVER () + row_number() OVER (ORDER BY f.tenant, f.agent_id) AS seq
+                 FROM flipped f
+           ), logged AS (
+               INSERT INTO changes (seq, kind, tenant, agent_id, ref, at)
+               SELECT n.seq, 'agent.health', n.tenant, n.agent_id, n.tenant || '/' || n.agent_id, now()
+                 FROM numbered n WHERE n.seq IS NOT NULL
+               RETURNING seq, tenant, agent_id
+           ), notified AS (
+               -- Delivered on commit: other processes drop cached views and wake long-polls.
+               SELECT pg_notify($7, max(seq)::text) FROM logged HAVING count(*) > 0
            )
-           SELECT r.tenant, r.agent_id, r.instance_id, r.expires_at, v.tenant IS NOT NULL AS revived
-             FROM renewed r LEFT JOIN revived v ON v.tenant = r.tenant AND v.agent_id = r.agent_id""",
-        *(list(column) for column in zip(*renewals)),
+           SELECT r.tenant, r.agent_id, r.instance_id, r.expires_at, l.seq AS change_seq
+             FROM renewed r LEFT JOIN logged l ON l.tenant = r.tenant AND l.agent_id = r.agent_id
+            WHERE (SELECT count(*) FROM notified) >= 0""",
+        *(list(column) for column in zip(*renewals)), channel,
     )
     return [RenewedLease(*row) for row in rows]
 

@@ -3,8 +3,9 @@
 A heartbeat renews a lease; it is not an audited change. So it takes no savepoint, no audit head
 and no change-feed entry, except when an agent's health flips from stale or unknown to healthy
 (discovery shows health, so its caches must move on). Queued renewals are written by one
-`INSERT ... SELECT FROM unnest(...) ON CONFLICT` per batch in key order; the answer of each
-request leaves after the commit that made its lease durable. Heartbeats for agents that are not
+statement per batch (`INSERT ... SELECT FROM unnest(...) ON CONFLICT`, in key order, with the
+flips' change-feed rows in the same statement), which commits on its own: one round trip and one
+commit per batch. The answer of each request leaves after that commit made its lease durable. Heartbeats for agents that are not
 registered ride in the same statement and simply get no row back, so a storm of them costs no
 more than the same number of valid ones.
 
@@ -22,7 +23,7 @@ from datetime import datetime
 import asyncpg
 
 from db.agents import LeaseRenewal, renew_leases
-from db.changes import record_changes
+from db.changes import CHANGE_CHANNEL, LOCAL_CHANGE_LISTENERS
 
 log = logging.getLogger("capreg.db")
 
@@ -101,11 +102,12 @@ class LeaseRenewals:
         if not latest:
             return
         renewals = [latest[key] for key in sorted(latest)]
-        async with self.pool.acquire() as conn, conn.transaction():
-            renewed = await renew_leases(conn, renewals)
-            revived = sorted({(r.tenant, r.agent_id) for r in renewed if r.revived})
-            # Health shows in discovery and cards: a flip is a change, so caches and ETags move on.
-            await record_changes(conn, [("agent.health", t, a, f"{t}/{a}") for t, a in revived])
+        async with self.pool.acquire() as conn:
+            renewed = await renew_leases(conn, renewals, CHANGE_CHANNEL)
+        flipped = [r.change_seq for r in renewed if r.change_seq is not None]
+        if flipped:  # this process's caches move on before any answer leaves (read-your-writes)
+            for listener in list(LOCAL_CHANGE_LISTENERS):
+                listener(max(flipped))
         expiries = {(r.tenant, r.agent_id, r.instance_id): r.expires_at for r in renewed}
         for renewal, future in batch:
             if not future.done():

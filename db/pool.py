@@ -20,9 +20,22 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     )
 
 
+async def _reset_connection(conn: asyncpg.Connection) -> None:
+    """Run when a connection goes back to the pool, instead of asyncpg's reset query.
+
+    That query (UNLISTEN *, RESET ALL, advisory unlock all, CLOSE ALL, ...) is one more round trip
+    on every release, and capreg's pooled sessions carry none of that state: no SET, only
+    transaction-scoped advisory locks (the migration lock is released explicitly), LISTEN only on
+    dedicated connections. An open transaction (a cancelled request) is still rolled back.
+    """
+    if conn.is_in_transaction():
+        await conn.execute("ROLLBACK")
+
+
 async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
     return await asyncpg.create_pool(
-        dsn, min_size=min_size, max_size=max_size, init=_init_connection, command_timeout=30
+        dsn, min_size=min_size, max_size=max_size, init=_init_connection, reset=_reset_connection,
+        command_timeout=30,
     )
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -49,9 +51,12 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 ("capreg_db_pool_idle", "idle connections in the pool", pool.get_idle_size),
             ]
             checkpoints = audit.start_checkpoints(registry)
+            sharing = asyncio.create_task(metrics.share()) if metrics.shared_dir else None
             try:
                 yield
             finally:
+                if sharing is not None:
+                    sharing.cancel()
                 await audit.stop_checkpoints(checkpoints)
                 await registry.leases.stop()
                 await registry.writes.stop()
@@ -60,7 +65,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
             await pool.close()
             del embedded  # the embedded server handle stops the server when its last user exits
 
-    metrics = RequestMetrics()
+    # Set by `capreg serve --workers N`: the workers' metrics meet there (registry.observability).
+    metrics = RequestMetrics(shared_dir=os.environ.get("CAPREG_METRICS_DIR"))
     exposition = metrics.registry()
 
     @get("/metrics", include_in_schema=False)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import sys
+import tempfile
 from datetime import timedelta
 from pathlib import Path
 
@@ -59,10 +61,18 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     host = args.host or settings.host
     port = args.port or settings.port
     print(f"capreg serving on http://{host}:{port} ({'embedded PostgreSQL' if embedded else 'DATABASE_URL'})", flush=True)
-    Granian(
-        "registry.app:create_app", address=host, port=port, interface=Interfaces.ASGI, factory=True,
-        workers=args.workers, log_access=False,
-    ).serve()
+    metrics_dir = None
+    if args.workers > 1:  # one scrape of /metrics sums every worker (registry.observability)
+        metrics_dir = tempfile.mkdtemp(prefix="capreg-metrics-")
+        os.environ["CAPREG_METRICS_DIR"] = metrics_dir
+    try:
+        Granian(
+            "registry.app:create_app", address=host, port=port, interface=Interfaces.ASGI, factory=True,
+            workers=args.workers, log_access=False,
+        ).serve()
+    finally:
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
     del embedded
     return 0
 

@@ -3,13 +3,26 @@ metrics served at /metrics (Prometheus text, through prometheus_client's exposit
 
 One plain ASGI middleware does both: it sits on every hot path, and litestar's own Prometheus
 middleware cost about half of a trivial endpoint's throughput when measured (docs/performance.md).
+
+With several workers (`capreg serve --workers N`), each worker keeps counting in its own memory and
+writes a snapshot of its series to a directory the workers share (CAPREG_METRICS_DIR, set by
+`capreg serve`) every second and whenever it answers a scrape; a scrape sums every worker's latest
+snapshot, so one scrape counts every worker's requests (the other workers' as of at most a second
+ago). Counters of a worker that exited stay counted, as in prometheus_client's multiprocess mode;
+its gauges are dropped.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import msgspec
 
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import CollectorRegistry
@@ -23,10 +36,56 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 class RequestMetrics:
     """Request counts and latency histograms by method, route template and status."""
 
-    def __init__(self) -> None:
+    def __init__(self, shared_dir: str | Path | None = None) -> None:
         # (method, path template, status) -> [count, seconds sum, per-bucket counts]
         self._series: dict[tuple[str, str, str], list] = {}
         self.gauges: list[tuple[str, str, Callable[[], float]]] = []
+        self.shared_dir = Path(shared_dir) if shared_dir else None
+        self._snapshot_path = self.shared_dir / f"worker-{os.getpid()}.json" if self.shared_dir else None
+
+    # -- sharing between workers
+
+    def write_snapshot(self) -> None:
+        if self._snapshot_path is None:
+            return
+        snapshot = {
+            "pid": os.getpid(),
+            "series": [[*key, count, total, buckets] for key, (count, total, buckets) in list(self._series.items())],
+            "gauges": [[name, help_text, read()] for name, help_text, read in self.gauges],
+        }
+        partial = self._snapshot_path.with_suffix(".tmp")
+        partial.write_bytes(msgspec.json.encode(snapshot))
+        os.replace(partial, self._snapshot_path)  # readers never see half a file
+
+    async def share(self, interval: float = 1.0) -> None:
+        """Write this worker's snapshot every `interval` seconds until cancelled."""
+        while True:
+            with contextlib.suppress(OSError):
+                self.write_snapshot()
+            await asyncio.sleep(interval)
+
+    def _merged(self) -> tuple[dict[tuple[str, str, str], list], dict[str, list]]:
+        """Every worker's series summed, and gauges of live workers summed (connections, ...)."""
+        if self.shared_dir is None:
+            return self._series, {name: [help_text, read()] for name, help_text, read in self.gauges}
+        with contextlib.suppress(OSError):
+            self.write_snapshot()
+        series: dict[tuple[str, str, str], list] = {}
+        gauges: dict[str, list] = {}
+        for path in self.shared_dir.glob("worker-*.json"):
+            try:
+                snapshot = msgspec.json.decode(path.read_bytes())
+            except (OSError, msgspec.DecodeError):
+                continue
+            for method, route, status, count, total, buckets in snapshot["series"]:
+                merged = series.setdefault((method, route, status), [0, 0.0, [0] * len(buckets)])
+                merged[0] += count
+                merged[1] += total
+                merged[2] = [a + b for a, b in zip(merged[2], buckets)]
+            if _alive(snapshot["pid"]):
+                for name, help_text, value in snapshot["gauges"]:
+                    gauges.setdefault(name, [help_text, 0])[1] += value
+        return series, gauges
 
     def observe(self, method: str, path: str, status: int, seconds: float) -> None:
         key = (method, path, str(status))
@@ -41,7 +100,8 @@ class RequestMetrics:
         labels = ["method", "path", "status_code"]
         requests = CounterMetricFamily("capreg_requests", "HTTP requests answered", labels=labels)
         durations = HistogramMetricFamily("capreg_request_duration_seconds", "HTTP request latency", labels=labels)
-        for key, (count, total, buckets) in list(self._series.items()):
+        series, gauges = self._merged()
+        for key, (count, total, buckets) in list(series.items()):
             requests.add_metric(list(key), count)
             cumulative, running = [], 0
             for bound, hits in zip((*LATENCY_BUCKETS, float("inf")), buckets):
@@ -50,13 +110,23 @@ class RequestMetrics:
             durations.add_metric(list(key), cumulative, total)
         yield requests
         yield durations
-        for name, help_text, read in self.gauges:
-            yield GaugeMetricFamily(name, help_text, value=read())
+        for name, (help_text, value) in gauges.items():
+            yield GaugeMetricFamily(name, help_text, value=value)
 
     def registry(self) -> CollectorRegistry:
         collectors = CollectorRegistry(auto_describe=False)
         collectors.register(self)
         return collectors
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def observability_middleware(metrics: RequestMetrics) -> Callable[[ASGIApp], ASGIApp]:

@@ -45,7 +45,7 @@ class PreparedRegistration(msgspec.Struct):
     card: dict
     card_hash: str
     skills: list[PreparedSkill]
-    # registration_digest of the body as received: stored with the agent for the unchanged fast path.
+    # registration_digest of the body's bytes: stored with the agent for the unchanged fast path.
     body_hash: str | None = None
 
 
@@ -58,14 +58,17 @@ def _hash(value: Any) -> str:
 _REGISTRATION_RULES = "capreg-registration-rules-1"
 
 
-def registration_digest(registration: AgentRegistration) -> str:
-    """The hash of a registration body as decoded (key order and whitespace do not matter).
+def registration_digest(body: bytes) -> str:
+    """The hash of a registration body's bytes, as received.
 
-    Equal to the agent's stored hash means: this exact body was the last one applied, and every
-    write since that could make it do something again (a card or version change) replaced the
-    stored hash or left the body still a no-op. Cheap: no schema is compiled to compute it.
+    Equal to the agent's stored hash means: these exact bytes were the last registration applied,
+    and every write since that could make them do something again (a card change or a new
+    version, each of which stores its own body's hash) has not happened, so sending them again
+    changes nothing. Agents re-register at every start with the same bytes; a body with the same
+    content in other bytes takes the full path once and then becomes the stored hash. Cheap: the
+    body is not even decoded.
     """
-    return hashlib.sha256(_REGISTRATION_RULES.encode() + b"\0" + _encoder.encode(registration)).hexdigest()
+    return hashlib.sha256(_REGISTRATION_RULES.encode() + b"\0" + body).hexdigest()
 
 
 def _depth(value: Any, limit: int) -> int:

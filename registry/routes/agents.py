@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import datetime, timezone
 from typing import Annotated, Literal
@@ -30,6 +31,8 @@ SkillPath = Annotated[str, PathParameter(pattern=SKILL_ID_PATTERN, max_length=12
 
 
 _encoder = msgspec.json.Encoder()
+_TENANT_RE = re.compile(TENANT_PATTERN)
+_AGENT_RE = re.compile(AGENT_ID_PATTERN)
 
 
 class RegistrationResponse(Wire):
@@ -68,10 +71,51 @@ async def visible_agent(request: Request, tenant: str, agent_id: str):
     return caller, agent
 
 
+class _SkillRefs(msgspec.Struct):
+    """Only the skill ids and versions of a registration body (everything else is skipped unread)."""
+
+    skills: list[VersionRef] = []
+
+
+async def _unchanged_registration(request: Request) -> Response | None:
+    """Before the body is decoded: the exact bytes of the last registration applied to this agent,
+    sent again by a caller allowed to register it, are answered from one indexed read (no batch
+    slot, no transaction, no schema compiled). Agents re-register at every start, so a fleet
+    restart is mostly this. Anything else (another body, a caller that would be refused, an
+    unknown agent) returns None: the handler decides, refuses and audits as always. An unchanged
+    re-registration is not audited, like every re-registration that changes nothing (docs/audit.md).
+    """
+    tenant, agent_id = request.path_params.get("tenant", ""), request.path_params.get("agent_id", "")
+    if not (_TENANT_RE.match(tenant) and _AGENT_RE.match(agent_id)):
+        return None
+    registry = registry_of(request)
+    try:
+        caller = await registry.caller(request)
+    except ProblemError:
+        return None
+    if caller is None or not caller.holds("registry:publish") or caller.tenant != tenant:
+        return None
+    body = await request.body()
+    if await agent_queries.registration_hash(registry.pool, tenant, agent_id) != registration_digest(body):
+        return None
+    entry = await agent_view_entry(registry, tenant, agent_id)
+    if entry is None:
+        return None
+    try:
+        refs = msgspec.json.decode(body, type=_SkillRefs)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return Response(
+        b'{"agent":' + entry.body + b',"published":[],"unchanged":' + _encoder.encode(refs.skills) + b"}",
+        media_type="application/json",
+    )
+
+
 @put(
     "/v1/agents/{tenant:str}/{agent_id:str}",
     status_code=200,
     summary="Register or update an agent and publish its capability versions",
+    before_request=_unchanged_registration,
     responses=problem_responses(400, 401, 403, 409, 413),
 )
 async def register_agent(
@@ -93,19 +137,7 @@ async def register_agent(
         raise await refused(insufficient_scope("registry:publish"), "agent.registered")
     if caller.tenant != tenant:
         raise await refused(tenant_mismatch(), "agent.registered")
-    # Agents re-register at every start: a body identical to the last one applied is answered
-    # from one indexed read, without a batch slot or a transaction. Not audited, like every
-    # re-registration that changes nothing (docs/audit.md).
-    digest = registration_digest(data)
-    if await agent_queries.registration_hash(registry.pool, tenant, agent_id) == digest:
-        entry = await agent_view_entry(registry, tenant, agent_id)
-        if entry is not None:
-            unchanged = _encoder.encode([VersionRef(id=skill.id, version=skill.version) for skill in data.skills])
-            return Response(
-                b'{"agent":' + entry.body + b',"published":[],"unchanged":' + unchanged + b"}",
-                media_type="application/json",
-            )
-    prepared = prepare_registration(data, digest)
+    prepared = prepare_registration(data, registration_digest(await request.body()))
     try:
         result = await registry.writes.run(
             lambda scope: apply_registration(scope, caller, tenant, agent_id, prepared, trace_id=trace_id_of(request))
