@@ -15,7 +15,7 @@ from tests.conftest import ROOT, free_port, server_home, stop_server
 
 
 def _metric(text: str, pattern: str) -> float:
-    return sum(float(m.group(1)) for m in re.finditer(pattern, text))
+    return sum(float(m.group(1)) for m in re.finditer(pattern, text, re.MULTILINE))
 
 
 def test_one_scrape_counts_the_requests_of_every_worker(database_url):
@@ -43,8 +43,8 @@ def test_one_scrape_counts_the_requests_of_every_worker(database_url):
             deadline = time.monotonic() + 10
             while True:  # other workers' snapshots are at most a second old
                 text = http.get("/metrics").text
-                served = _metric(text, r'capreg_requests_total\{method="GET",path="/healthz",status_code="200"\} (\S+)')
-                pools = _metric(text, r"capreg_db_pool_size (\S+)")
+                served = _metric(text, r'^capreg_requests_total\{method="GET",path="/healthz",status_code="200"\} (\S+)$')
+                pools = _metric(text, r"^capreg_db_pool_size (\S+)$")
                 if served >= 120 and pools >= 4:
                     break
                 assert time.monotonic() < deadline, f"one scrape saw {served} of 120 requests and pools of {pools} connections"
