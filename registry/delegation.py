@@ -344,6 +344,20 @@ async def mint(
         on_behalf_of=grant.on_behalf_of, ref=target.ref, scopes=list(grant.scopes), trace_id=trace_id,
     )
 
+    row = {
+        "jti": jti, "parent_jti": grant.parent, "root_jti": plan.root_jti or jti,
+        "tenant": target.tenant, "agent_id": target.agent_id, "skill_id": target.skill_id,
+        "version": target.version, "ref": target.ref, "audience": grant.aud,
+        "actor": caller.principal, "actor_tenant": caller.tenant, "on_behalf_of": grant.on_behalf_of,
+        "scopes": list(grant.scopes), "resources": list(grant.resources), "depth": grant.depth,
+        "max_depth": grant.max_depth, "issued_at": datetime.now(timezone.utc), "expires_at": _at(grant.exp),
+        "act": grant.act, "kid": keyring.signing_kid,
+    }
+    if idempotency is None and grant.parent is None and approval_id is None:
+        # A first ticket is one row and one event: inserted with the batch's other tickets (db.group_commit).
+        await registry.writes.insert("tickets", row, [event])
+        return response
+
     async def write(scope: WriteScope) -> None:
         conn = scope.conn
         if idempotency is not None and not await ticket_queries.claim_idempotency_key(
@@ -356,15 +370,7 @@ async def mint(
             state = await ticket_queries.ticket_state(conn, grant.parent)
             if state is None or state["chain_revoked"] or state["capability_status"] == "retired":
                 raise ProblemError(403, "delegation_denied", "the parent ticket was revoked", reason=PARENT_INVALID)
-        await ticket_queries.insert_ticket(conn, {
-            "jti": jti, "parent_jti": grant.parent, "root_jti": plan.root_jti or jti,
-            "tenant": target.tenant, "agent_id": target.agent_id, "skill_id": target.skill_id,
-            "version": target.version, "ref": target.ref, "audience": grant.aud,
-            "actor": caller.principal, "actor_tenant": caller.tenant, "on_behalf_of": grant.on_behalf_of,
-            "scopes": list(grant.scopes), "resources": list(grant.resources), "depth": grant.depth,
-            "max_depth": grant.max_depth, "issued_at": datetime.now(timezone.utc), "expires_at": _at(grant.exp),
-            "act": grant.act, "kid": keyring.signing_kid,
-        })
+        await ticket_queries.insert_ticket(conn, row)
         if approval_id is not None and not await approval_queries.collect(conn, approval_id, jti):
             raise AlreadyCollected
         scope.audit(event)

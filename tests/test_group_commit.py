@@ -172,3 +172,23 @@ async def test_concurrent_batches_keep_the_chain_and_the_feed_gap_free(probe_tab
     )
     out, err = await process.communicate()
     assert process.returncode == 0, (out + err).decode()
+
+
+async def test_single_row_writes_share_one_insert_and_a_bad_row_fails_alone(probe_table, writes, db):
+    tenant = "gc" + secrets.token_hex(4)
+    await db.execute("INSERT INTO group_commit_probe (tenant, id) VALUES ($1, 'taken')", tenant)
+
+    def row(key: str):
+        event = AuditEvent(type="probe.inserted", outcome="allowed", tenant=tenant, ref=f"{tenant}/{key}")
+        return writes.insert("group_commit_probe", {"tenant": tenant, "id": key}, [event])
+
+    results = await asyncio.gather(
+        *[row(f"r{n}") for n in range(10)], row("taken"), row("nul\x00"), *[row(f"r{n}") for n in range(10, 20)],
+        writes.run(inserting(tenant, "savepointed")), return_exceptions=True,
+    )
+    assert isinstance(results[10], asyncpg.UniqueViolationError)
+    assert isinstance(results[11], asyncpg.CharacterNotInRepertoireError)
+    assert [r for i, r in enumerate(results[:-1]) if i not in (10, 11)] == [None] * 20 and results[-1] == "savepointed"
+    assert await stored(db, tenant) == {"taken", "savepointed"} | {f"r{n}" for n in range(20)}
+    refs = sorted(r["ref"] for r in await events(db, tenant))
+    assert refs == sorted([f"{tenant}/r{n}" for n in range(20)] + [f"{tenant}/savepointed"])
