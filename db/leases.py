@@ -29,7 +29,7 @@ log = logging.getLogger("capreg.db")
 
 
 class LeaseRenewals:
-    def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 512, concurrency: int = 2):
+    def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 512, concurrency: int = 4):
         self.pool = pool
         self.max_batch = max_batch
         # Batches in flight at once: one writes while another waits for its commit to be durable.
