@@ -283,7 +283,8 @@ async def _scenario(fleet: Fleet, args, tokens: dict[str, str], reader: str) -> 
     if mint_bodies:
         requests = [{"method": "POST", "path": "/v1/tickets", "headers": reader_headers, "body": b} for b in mint_bodies]
         rates = {}
-        for label, ports in (("1 replica", fleet.ports[:1]), (f"{fleet.count} replicas", fleet.ports)):
+        spreads = [("1 replica", fleet.ports[:1])] + ([(f"{fleet.count} replicas", fleet.ports)] if fleet.count > 1 else [])
+        for label, ports in spreads:
             head = await _audit_head(dsn)
             started = time.monotonic()
             jobs = [{"host": "127.0.0.1", "port": port, "connections": max(1, args.connections // len(ports)),
