@@ -12,6 +12,14 @@ from registry.wire import Wire
 SideEffect = Literal["none", "idempotent", "write", "destructive"]
 SIDE_EFFECT_ORDER: dict[str, int] = {"none": 0, "idempotent": 1, "write": 2, "destructive": 3}
 Visibility = Literal["public", "tenant"]
+
+
+def approval_required(side_effect: str | None, explicit: bool | None) -> bool:
+    """The one `requiresApproval` default: destructive capabilities need an approval unless the
+    registrant says otherwise."""
+    return explicit if isinstance(explicit, bool) else side_effect == "destructive"
+
+
 Status = Literal["active", "deprecated", "retired"]
 
 AGENT_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"

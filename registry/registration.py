@@ -18,9 +18,8 @@ from db.group_commit import WriteScope
 from registry.audit import AuditEvent
 from registry.cards import a2a_card_dict, normalize_registration
 from registry.problems import ErrorItem, ProblemError, invalid_request
-from registry.records import SIDE_EFFECT_ORDER, AgentRegistration, SkillRegistration
-from registry.compatibility import check_compatibility
-from registry.versions import InvalidVersion, Version
+from registry.records import SIDE_EFFECT_ORDER, AgentRegistration, SkillRegistration, approval_required
+from registry.versions import InvalidVersion, Version, publish_verdict
 from registry.wire import Wire
 
 _SCHEMA_2020_12 = {"https://json-schema.org/draft/2020-12/schema", "https://json-schema.org/draft/2020-12/schema#"}
@@ -106,10 +105,10 @@ def schema_errors(schema: Any, path: str, *, must_be_object: bool) -> list[Error
     return []
 
 
-def skill_content(skill: SkillRegistration, requires_approval: bool) -> dict:
+def skill_content(skill: SkillRegistration) -> dict:
     """The published content of a capability version, the thing that must never change."""
     content = msgspec.to_builtins(skill)
-    content["requiresApproval"] = requires_approval
+    content["requiresApproval"] = approval_required(skill.side_effect, skill.requires_approval)
     return content
 
 
@@ -133,10 +132,8 @@ def prepare_registration(registration: AgentRegistration) -> PreparedRegistratio
         seen.add(key)
         errors += schema_errors(skill.input_schema, f"{base}/inputSchema", must_be_object=True)
         errors += schema_errors(skill.output_schema, f"{base}/outputSchema", must_be_object=False)
-        requires_approval = (
-            skill.requires_approval if skill.requires_approval is not None else skill.side_effect == "destructive"
-        )
-        prepared.append(PreparedSkill(skill, version, requires_approval, _hash(skill_content(skill, requires_approval))))
+        content = skill_content(skill)
+        prepared.append(PreparedSkill(skill, version, content["requiresApproval"], _hash(content)))
     if errors:
         raise invalid_request("the registration is invalid", errors)
     card = a2a_card_dict(registration)
@@ -191,34 +188,22 @@ def skill_contract(row: Any) -> dict[str, Any]:
 def incompatibilities(
     existing: list[tuple[str, Version, dict]], new: list[tuple[int, str, Version, dict]]
 ) -> list[ErrorItem]:
-    """Breaking changes that new versions would publish without a major bump.
+    """Breaking changes that new versions would publish without a major bump, by `publish_verdict`.
 
     `existing`: (skill id, version, contract) of stored, non-retired versions; `new`: (index in the
-    body, skill id, version, contract). Each new release is compared with the highest lower release
-    of its major line (stored, or published earlier in the same request), and the next higher one
-    already stored must in turn stay compatible with it. Pre-releases promise nothing and are
-    neither checked nor used as a baseline.
+    body, skill id, version, contract). Versions published earlier in the same request count as
+    published for the ones after them.
     """
-    known = [(skill_id, version, contract) for skill_id, version, contract in existing if not version.is_prerelease]
+    known = list(existing)
     errors: list[ErrorItem] = []
     for index, skill_id, version, contract in sorted(new, key=lambda item: (item[1], item[2])):
-        if version.is_prerelease:
-            continue
-        line = [(v, c) for s, v, c in known if s == skill_id and v.major == version.major]
-        lower = max(((v, c) for v, c in line if v < version), default=None, key=lambda vc: vc[0])
-        higher = min(((v, c) for v, c in line if v > version), default=None, key=lambda vc: vc[0])
-        if lower is not None:
-            for change in check_compatibility(lower[1], contract):
-                errors.append(ErrorItem(
-                    path=f"/skills/{index}{change.path}", kind=change.kind,
-                    message=f"{change.message} (compared with {skill_id}@{lower[0]}; breaking changes need a new major version)",
-                ))
-        if higher is not None:
-            for change in check_compatibility(contract, higher[1]):
-                errors.append(ErrorItem(
-                    path=f"/skills/{index}{change.path}", kind=change.kind,
-                    message=f"{skill_id}@{higher[0]} is already published and would break callers of {version}: {change.message}",
-                ))
+        line = [(v, c) for s, v, c in known if s == skill_id]
+        for neighbour, above, change in publish_verdict(version, contract, line):
+            if above:
+                message = f"{skill_id}@{neighbour} is already published and would break callers of {version}: {change.message}"
+            else:
+                message = f"{change.message} (compared with {skill_id}@{neighbour}; breaking changes need a new major version)"
+            errors.append(ErrorItem(path=f"/skills/{index}{change.path}", kind=change.kind, message=message))
         known.append((skill_id, version, contract))
     return errors
 
@@ -300,7 +285,7 @@ async def apply_registration(
         stored = await capability_queries.version_contracts(conn, tenant, agent_id)
         breaking = incompatibilities(
             [(r["skill_id"], Version.parse(r["version"]), skill_contract(r)) for r in stored],
-            [(prepared.skills.index(p), p.skill.id, p.version, skill_content(p.skill, p.requires_approval)) for p in new_skills],
+            [(prepared.skills.index(p), p.skill.id, p.version, skill_content(p.skill)) for p in new_skills],
         )
         if breaking:
             raise ProblemError(

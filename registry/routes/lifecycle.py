@@ -21,7 +21,7 @@ from registry.problems import ErrorItem, ProblemError, invalid_request, not_foun
 from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN, PublicCapability, SkillRegistration
 from registry.registration import schema_errors, skill_content
 from registry.service import registry_of, trace_id_of
-from registry.versions import InvalidVersion, Version
+from registry.versions import InvalidVersion, Version, publish_verdict
 from registry.wire import Wire
 
 TenantPath = Annotated[str, PathParameter(pattern=TENANT_PATTERN)]
@@ -157,19 +157,19 @@ async def compatibility(request: Request, data: JSONBody[CompatibilityRequest]) 
     if problems:
         raise invalid_request("both skills must be valid registrations", problems)
 
-    def contract(skill: SkillRegistration) -> dict:
-        approval = skill.requires_approval if skill.requires_approval is not None else skill.side_effect == "destructive"
-        return skill_content(skill, approval)
-
-    found = [
-        ErrorItem(path=change.path, kind=change.kind, message=change.message)
-        for change in check_compatibility(contract(data.old), contract(data.new))
-    ]
     old, new = versions["old"], versions["new"]
     if new <= old:
         raise invalid_request("new must be a higher version than old", [ErrorItem(path="/new/version", message=f"{new} is not above {old}")])
-    exempt = new.major != old.major or new.is_prerelease
-    return CompatibilityReport(compatible=exempt or not found, errors=[] if exempt else found, breaking_changes=found)
-
+    old_contract, new_contract = skill_content(data.old), skill_content(data.new)
+    found = [
+        ErrorItem(path=change.path, kind=change.kind, message=change.message)
+        for change in check_compatibility(old_contract, new_contract)
+    ]
+    # The verdict publishing would give (one definition: `publish_verdict`), not a second opinion.
+    refusing = [
+        ErrorItem(path=change.path, kind=change.kind, message=change.message)
+        for _, _, change in publish_verdict(new, new_contract, [(old, old_contract)])
+    ]
+    return CompatibilityReport(compatible=not refusing, errors=refusing, breaking_changes=found)
 
 ROUTES = [deprecate, retire, compatibility]
