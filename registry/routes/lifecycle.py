@@ -17,7 +17,9 @@ from db.group_commit import WriteScope
 from registry.audit import AuditEvent
 from registry.compatibility import check_compatibility
 from registry.discovery import capability_ref, public_capability
-from registry.problems import ErrorItem, ProblemError, invalid_request, not_found, problem_responses, tenant_mismatch
+from registry.problems import (
+    ErrorItem, ProblemError, insufficient_scope, invalid_request, not_found, problem_responses, tenant_mismatch,
+)
 from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN, PublicCapability, SkillRegistration
 from registry.registration import schema_errors, skill_content
 from registry.service import registry_of, trace_id_of
@@ -69,8 +71,7 @@ async def _change_lifecycle(
     if caller.tenant != tenant:
         raise await refuse(tenant_mismatch())
     if not caller.holds("registry:admin"):
-        raise await refuse(ProblemError(403, "insufficient_scope", "this operation needs the scope registry:admin",
-                                        missing_scopes=["registry:admin"]))
+        raise await refuse(insufficient_scope("registry:admin"))
     try:
         Version.parse(version)
     except InvalidVersion:
