@@ -382,6 +382,61 @@ async def mint(
 
 
 # ---------------------------------------------------------------------------
+# A ticket request end to end
+
+
+class TicketAnswer(msgspec.Struct, frozen=True):
+    """What a ticket request answers: 201 a ticket, 202 a pending approval, 200 (or the first
+    answer's 202) for an Idempotency-Key replay; `body` as JSON builtins."""
+
+    status: int
+    body: dict[str, Any]
+
+
+async def _replay(registry: Registry, caller: Caller, idempotency: Idempotency, trace_id: str | None) -> TicketAnswer | None:
+    """The recorded answer for an Idempotency-Key (200 for a ticket), 409 for another body, None if unseen."""
+    row = await ticket_queries.stored_response(registry.pool, idempotency.principal, idempotency.key)
+    if row is None or row["status_code"] is None:
+        return None
+    if row["body_hash"] != idempotency.body_hash:
+        raise await refuse(
+            registry, ProblemError(409, "idempotency_mismatch", "this Idempotency-Key was used with another request body"),
+            caller=caller, trace_id=trace_id,
+        )
+    return TicketAnswer(status=200 if row["status_code"] == 201 else row["status_code"], body=row["response"])
+
+
+async def request_ticket(
+    registry: Registry, caller: Caller, body: TicketRequestBody, *, idempotency_key: str | None, trace_id: str | None
+) -> TicketAnswer:
+    """A ticket request of an authenticated caller, as POST /v1/tickets and the MCP tool
+    `request_ticket` both make it: checked, narrowed, minted or sent for approval, audited."""
+    max_ttl = registry.settings.ticket_max_ttl
+    try:
+        req = ticket_request(body, max_ttl=max_ttl)
+        check_request(req, max_ttl=max_ttl)
+        idempotency = idempotency_of(caller, idempotency_key, body)
+    except ProblemError as error:
+        raise await refuse(registry, error, caller=caller, trace_id=trace_id) from None
+
+    if idempotency is not None and (replayed := await _replay(registry, caller, idempotency, trace_id)) is not None:
+        return replayed
+    plan = await evaluate(registry, caller, req, body.parent_ticket, trace_id=trace_id)
+    try:
+        if plan.target.requires_approval:
+            view = await request_approval(registry, plan, body, trace_id=trace_id, idempotency=idempotency)
+            return TicketAnswer(status=202, body=msgspec.to_builtins(view))
+        ticket = await mint(registry, plan, trace_id=trace_id, idempotency=idempotency)
+        return TicketAnswer(status=201, body=msgspec.to_builtins(ticket))
+    except IdempotencyKeyTaken:
+        assert idempotency is not None
+        replayed = await _replay(registry, caller, idempotency, trace_id)
+        if replayed is None:  # the other request's answer is gone already (over 24 h): cannot happen in practice
+            raise ProblemError(409, "idempotency_mismatch", "this Idempotency-Key is in use") from None
+        return replayed
+
+
+# ---------------------------------------------------------------------------
 # Approvals
 
 
