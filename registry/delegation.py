@@ -55,15 +55,23 @@ IDEMPOTENCY_KEY_MAX_LENGTH = 255
 PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
 
 
+# Field shapes shared by POST /v1/tickets and the MCP tool `request_ticket`.
+RequestedScopes = Annotated[list[Annotated[str, msgspec.Meta(max_length=256)]], msgspec.Meta(max_length=64)]
+RequestedResources = Annotated[
+    list[Annotated[str, msgspec.Meta(pattern=PRINTABLE, max_length=512)]], msgspec.Meta(max_length=256)
+]
+OnBehalfOf = Annotated[str, msgspec.Meta(pattern=PRINTABLE, max_length=256)]
+
+
 class TicketRequestBody(Wire, forbid_unknown_fields=True):
     """POST /v1/tickets body. Shapes and types here; value rules in auth.policy.validate_ticket_request."""
 
     audience: Annotated[str, msgspec.Meta(max_length=129, description="target agent ref 'tenant/agentId'")]
     skill: Annotated[str, msgspec.Meta(max_length=256, description="capability (skill) id")]
-    scopes: Annotated[list[Annotated[str, msgspec.Meta(max_length=256)]], msgspec.Meta(max_length=64)]
+    scopes: RequestedScopes
     version: Annotated[str, msgspec.Meta(max_length=256, description="exact version, 'latest' or a range")] = "latest"
-    resources: Annotated[list[Annotated[str, msgspec.Meta(pattern=PRINTABLE, max_length=512)]], msgspec.Meta(max_length=256)] = []
-    on_behalf_of: Annotated[str, msgspec.Meta(pattern=PRINTABLE, max_length=256)] | None = None
+    resources: RequestedResources = []
+    on_behalf_of: OnBehalfOf | None = None
     ttl_seconds: int | None = None
     max_depth: int = 0
     parent_ticket: Annotated[str, msgspec.Meta(max_length=16384)] | None = None
