@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings as hypothesis_settings, strategies as st
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from tests.conftest import ROOT, capreg
 from tests.ticket_support import register, register_finance, skill, traced
@@ -278,6 +279,12 @@ async def exercise(client: Client, world: dict, who: str) -> dict:
     return results
 
 
+def leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in leaves(inner)]
+    return [error]
+
+
 def audit_events(world: dict, **params) -> list[dict]:
     with httpx.Client(base_url=world["base"]) as http:
         response = http.get("/v1/audit/events", params={"limit": 1000, **params},
@@ -305,9 +312,9 @@ async def test_official_client_over_http(live_finance):
     world = live_finance
     url = world["base"] + "/mcp"
     for who, expect in (("router", assert_sufficient), ("weak", None)):
-        http_client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {world[who]}"})
-        async with Client(streamable_http_client(url, http_client=http_client)) as client:
-            results = await exercise(client, world, who)
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {world[who]}"}) as http_client:
+            async with Client(streamable_http_client(url, http_client=http_client)) as client:
+                results = await exercise(client, world, who)
         if expect is None:
             assert_insufficient(results)
         else:
@@ -320,9 +327,14 @@ async def test_official_client_over_http(live_finance):
         refused = await anonymous.call_tool("request_ticket", {"ref": f"{world['tenant']}/billing-agent/invoice.lookup", "scopes": ["invoice:read"]})
         assert refused.is_error and refused.structured_content["code"] == "invalid_token"
     # An invalid token fails on HTTP before any tool runs (401), so the client cannot even connect.
-    with pytest.raises(Exception):
-        async with Client(streamable_http_client(url, http_client=httpx2.AsyncClient(headers={"Authorization": "Bearer forged"}))) as client:
-            await client.list_tools()
+    async with httpx2.AsyncClient(headers={"Authorization": "Bearer forged"}) as http_client:
+        with pytest.raises(BaseException) as refused:
+            async with Client(streamable_http_client(url, http_client=http_client)) as client:
+                await client.list_tools()
+    assert any(isinstance(e, MCPError) for e in leaves(refused.value))
+    with httpx.Client(base_url=world["base"]) as http:
+        unauthorized = http.post("/mcp", json=rpc("tools/list"), headers={**MCP_HEADERS, "Authorization": "Bearer forged"})
+    assert unauthorized.status_code == 401 and unauthorized.headers["www-authenticate"].startswith("Bearer")
 
     events = audit_events(world)
     seen = {(e["type"], e["actor"], e["outcome"], e["reason"]) for e in events}
@@ -351,9 +363,11 @@ async def test_official_client_over_stdio_bridge(live_finance):
         command=sys.executable, args=["-m", "registry.cli", "mcp", "--url", world["base"], "--token", "forged"],
         env={k: v for k, v in os.environ.items() if k not in ("CAPREG_URL", "CAPREG_TOKEN")}, cwd=str(ROOT),
     )
-    with pytest.raises(Exception, match="401"):
+    with pytest.raises(BaseException) as refused:
         async with Client(server) as client:
             await client.list_tools()
+    errors = [e for e in leaves(refused.value) if isinstance(e, MCPError)]
+    assert errors and "401" in str(errors[0]) and errors[0].error.data["code"] == "invalid_token"
 
     events = audit_events(world)
     seen = {(e["type"], e["actor"], e["outcome"], e["reason"]) for e in events}
@@ -387,17 +401,22 @@ _messages = st.fixed_dictionaries(
 _bodies = _messages.map(lambda m: json.dumps(m).encode()) | st.binary(max_size=64) | _json.map(lambda v: json.dumps(v).encode())
 
 
+@pytest.fixture
+def live_http(live_finance):
+    with httpx.Client(base_url=live_finance["base"]) as http:
+        yield http
+
+
 @hypothesis_settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                           HealthCheck.too_slow])
 @given(body=_bodies, authenticated=st.booleans(), version=st.sampled_from([None, "2025-11-25", "2025-03-26", "x"]))
-def test_fuzzed_json_rpc_never_5xx(live_finance, body, authenticated, version):
+def test_fuzzed_json_rpc_never_5xx(live_finance, live_http, body, authenticated, version):
     headers = dict(MCP_HEADERS)
     if authenticated:
         headers["Authorization"] = f"Bearer {live_finance['router']}"
     if version:
         headers["MCP-Protocol-Version"] = version
-    with httpx.Client(base_url=live_finance["base"]) as http:
-        response = http.post("/mcp", content=body, headers=headers)
+    response = live_http.post("/mcp", content=body, headers=headers)
     assert response.status_code < 500, response.text
     if response.status_code != 202:
         assert response.headers["content-type"].startswith(("application/json", "application/problem+json"))
