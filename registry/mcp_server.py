@@ -199,6 +199,9 @@ async def request_ticket_tool(call: Call, args: TicketArguments) -> ToolResult:
             "scopes": args.scopes, "resources": args.resources, "onBehalfOf": args.on_behalf_of,
             "ttlSeconds": args.ttl_seconds,
         }, TicketRequestBody)
+    except msgspec.ValidationError as exc:
+        error = invalid_request("the ticket request is malformed", [decode_error_item(exc)])
+        raise await refuse(call.registry, error, caller=caller, trace_id=call.trace_id) from None
     except ProblemError as error:
         raise await refuse(call.registry, error, caller=caller, trace_id=call.trace_id) from None
     answer = await request_ticket(call.registry, caller, body, idempotency_key=args.idempotency_key,
