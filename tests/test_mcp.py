@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 
 import httpx
@@ -420,3 +421,16 @@ def test_fuzzed_json_rpc_never_5xx(live_finance, live_http, body, authenticated,
     assert response.status_code < 500, response.text
     if response.status_code != 202:
         assert response.headers["content-type"].startswith(("application/json", "application/problem+json"))
+
+
+def test_bridge_answers_every_request_when_the_registry_is_unreachable():
+    lines = [json.dumps(rpc("initialize", {"protocolVersion": "2025-11-25"})), "not json",
+             json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}), json.dumps(rpc("tools/list", id_="b"))]
+    env = {k: v for k, v in os.environ.items() if k not in ("CAPREG_URL", "CAPREG_TOKEN")}
+    done = subprocess.run([sys.executable, "-m", "registry.cli", "mcp", "--url", "http://127.0.0.1:1"], cwd=ROOT, env=env,
+                          input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    # One answer per request (the notification gets none), each a JSON-RPC error; stdout holds nothing else.
+    assert sorted(str(a["id"]) for a in answers) == ["1", "None", "b"]
+    assert all(a["error"]["code"] == -32603 and "unreachable" in a["error"]["message"] for a in answers)
