@@ -19,7 +19,7 @@ from db.migrate import apply_migrations
 from db.pool import create_pool
 from registry.config import Settings, load_settings
 from registry.problems import handle_exception
-from registry.routes import agents, audit, details, discovery, lifecycle, ops, tickets
+from registry.routes import agents, audit, details, discovery, lifecycle, mcp, ops, tickets
 from registry.service import ChangeWatcher, Registry
 from registry.observability import RequestMetrics, observability_middleware
 from registry.rate_limit import TokenBuckets, rate_limit_middleware
@@ -68,7 +68,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
     return Litestar(
         route_handlers=[
             *agents.ROUTES, *discovery.ROUTES, *details.ROUTES, *lifecycle.ROUTES, *tickets.ROUTES,
-            *audit.ROUTES, *ops.ROUTES, serve_metrics,
+            *audit.ROUTES, *ops.ROUTES, *mcp.ROUTES, serve_metrics,
         ],
         lifespan=[lifespan],
         middleware=[

@@ -220,6 +220,27 @@ def cmd_openapi(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
+    """An MCP stdio server forwarding to a registry's /mcp (for clients that only launch local servers)."""
+    from registry.mcp_bridge import run_bridge
+
+    url = args.url or os.environ.get("CAPREG_URL") or f"http://{settings.host}:{settings.port}"
+    token = args.token or os.environ.get("CAPREG_TOKEN") or None
+    try:
+        return asyncio.run(run_bridge(url, token))
+    except KeyboardInterrupt:
+        return 0
+
+
+def add_mcp_command(commands) -> None:
+    mcp = commands.add_parser(
+        "mcp", help="MCP stdio server forwarding to a registry's /mcp endpoint (CAPREG_URL, CAPREG_TOKEN)",
+    )
+    mcp.add_argument("--url", help="registry base URL (default: CAPREG_URL, else this machine's capreg serve)")
+    mcp.add_argument("--token", help="bearer token sent to the registry (default: CAPREG_TOKEN; none: anonymous)")
+    mcp.set_defaults(run=cmd_mcp)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="capreg", description="Capability registry for AI agents")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -267,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     openapi.add_argument("--check", action="store_true")
     openapi.add_argument("--output", default=str(OPENAPI_PATH))
     openapi.set_defaults(run=cmd_openapi)
+    add_mcp_command(commands)
     return parser
 
 

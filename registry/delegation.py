@@ -55,15 +55,23 @@ IDEMPOTENCY_KEY_MAX_LENGTH = 255
 PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
 
 
+# Field shapes shared by POST /v1/tickets and the MCP tool `request_ticket`.
+RequestedScopes = Annotated[list[Annotated[str, msgspec.Meta(max_length=256)]], msgspec.Meta(max_length=64)]
+RequestedResources = Annotated[
+    list[Annotated[str, msgspec.Meta(pattern=PRINTABLE, max_length=512)]], msgspec.Meta(max_length=256)
+]
+OnBehalfOf = Annotated[str, msgspec.Meta(pattern=PRINTABLE, max_length=256)]
+
+
 class TicketRequestBody(Wire, forbid_unknown_fields=True):
     """POST /v1/tickets body. Shapes and types here; value rules in auth.policy.validate_ticket_request."""
 
     audience: Annotated[str, msgspec.Meta(max_length=129, description="target agent ref 'tenant/agentId'")]
     skill: Annotated[str, msgspec.Meta(max_length=256, description="capability (skill) id")]
-    scopes: Annotated[list[Annotated[str, msgspec.Meta(max_length=256)]], msgspec.Meta(max_length=64)]
+    scopes: RequestedScopes
     version: Annotated[str, msgspec.Meta(max_length=256, description="exact version, 'latest' or a range")] = "latest"
-    resources: Annotated[list[Annotated[str, msgspec.Meta(pattern=PRINTABLE, max_length=512)]], msgspec.Meta(max_length=256)] = []
-    on_behalf_of: Annotated[str, msgspec.Meta(pattern=PRINTABLE, max_length=256)] | None = None
+    resources: RequestedResources = []
+    on_behalf_of: OnBehalfOf | None = None
     ttl_seconds: int | None = None
     max_depth: int = 0
     parent_ticket: Annotated[str, msgspec.Meta(max_length=16384)] | None = None
@@ -379,6 +387,61 @@ async def mint(
         raise await refuse(registry, error, caller=caller, tenant=target.tenant, ref=target.ref, scopes=grant.scopes,
                            on_behalf_of=grant.on_behalf_of, trace_id=trace_id) from None
     return response
+
+
+# ---------------------------------------------------------------------------
+# A ticket request end to end
+
+
+class TicketAnswer(msgspec.Struct, frozen=True):
+    """What a ticket request answers: 201 a ticket, 202 a pending approval, 200 (or the first
+    answer's 202) for an Idempotency-Key replay; `body` as JSON builtins."""
+
+    status: int
+    body: dict[str, Any]
+
+
+async def _replay(registry: Registry, caller: Caller, idempotency: Idempotency, trace_id: str | None) -> TicketAnswer | None:
+    """The recorded answer for an Idempotency-Key (200 for a ticket), 409 for another body, None if unseen."""
+    row = await ticket_queries.stored_response(registry.pool, idempotency.principal, idempotency.key)
+    if row is None or row["status_code"] is None:
+        return None
+    if row["body_hash"] != idempotency.body_hash:
+        raise await refuse(
+            registry, ProblemError(409, "idempotency_mismatch", "this Idempotency-Key was used with another request body"),
+            caller=caller, trace_id=trace_id,
+        )
+    return TicketAnswer(status=200 if row["status_code"] == 201 else row["status_code"], body=row["response"])
+
+
+async def request_ticket(
+    registry: Registry, caller: Caller, body: TicketRequestBody, *, idempotency_key: str | None, trace_id: str | None
+) -> TicketAnswer:
+    """A ticket request of an authenticated caller, as POST /v1/tickets and the MCP tool
+    `request_ticket` both make it: checked, narrowed, minted or sent for approval, audited."""
+    max_ttl = registry.settings.ticket_max_ttl
+    try:
+        req = ticket_request(body, max_ttl=max_ttl)
+        check_request(req, max_ttl=max_ttl)
+        idempotency = idempotency_of(caller, idempotency_key, body)
+    except ProblemError as error:
+        raise await refuse(registry, error, caller=caller, trace_id=trace_id) from None
+
+    if idempotency is not None and (replayed := await _replay(registry, caller, idempotency, trace_id)) is not None:
+        return replayed
+    plan = await evaluate(registry, caller, req, body.parent_ticket, trace_id=trace_id)
+    try:
+        if plan.target.requires_approval:
+            view = await request_approval(registry, plan, body, trace_id=trace_id, idempotency=idempotency)
+            return TicketAnswer(status=202, body=msgspec.to_builtins(view))
+        ticket = await mint(registry, plan, trace_id=trace_id, idempotency=idempotency)
+        return TicketAnswer(status=201, body=msgspec.to_builtins(ticket))
+    except IdempotencyKeyTaken:
+        assert idempotency is not None
+        replayed = await _replay(registry, caller, idempotency, trace_id)
+        if replayed is None:  # the other request's answer is gone already (over 24 h): cannot happen in practice
+            raise ProblemError(409, "idempotency_mismatch", "this Idempotency-Key is in use") from None
+        return replayed
 
 
 # ---------------------------------------------------------------------------

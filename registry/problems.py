@@ -122,18 +122,23 @@ def _trace_id(request: Request) -> str:
     return state["trace_id"]
 
 
-def problem_response(request: Request, error: ProblemError) -> Response:
-    problem = Problem(
+def problem_of(error: ProblemError, trace_id: str | None) -> Problem:
+    """The problem body of an error: HTTP answers carry it, and so do MCP tool refusals."""
+    return Problem(
         type=f"https://capreg.dev/problems/{error.code}",
         title=TITLES.get(error.status, "Error"),
         status=error.status,
         detail=error.detail,
         code=error.code,
-        trace_id=_trace_id(request),
+        trace_id=trace_id,
         errors=error.errors,
         missing_scopes=error.missing_scopes,
         reason=error.reason,
     )
+
+
+def problem_response(request: Request, error: ProblemError) -> Response:
+    problem = problem_of(error, _trace_id(request))
     return Response(
         content=msgspec.json.encode(problem),
         status_code=error.status,

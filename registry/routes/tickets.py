@@ -17,7 +17,6 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import HeaderParameter, JSONBody, PathParameter, QueryParameter
 
 from auth.policy import REGISTRY_ADMIN_SCOPE, check_approval_decider
-from auth.principal import Caller
 from auth.tickets import InvalidTicket
 from db import approvals as approval_queries
 from db import grants as grant_queries
@@ -28,19 +27,15 @@ from registry.delegation import (
     AlreadyCollected,
     ApprovalView,
     PRINTABLE,
-    Idempotency,
-    IdempotencyKeyTaken,
     TicketRequestBody,
     TicketResponse,
     approval_request_view,
-    check_request,
     decode_body,
     evaluate,
-    idempotency_of,
     mint,
     refuse,
     refusal_error,
-    request_approval,
+    request_ticket,
     stored_ticket_request,
     ticket_request,
     verified_ticket,
@@ -55,7 +50,7 @@ from registry.problems import (
     tenant_mismatch,
 )
 from registry.grants import GrantPage, decode_cursor, grant_page
-from registry.service import Registry, registry_of, trace_id_of
+from registry.service import registry_of, trace_id_of
 from registry.wire import Wire
 
 _JTI = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -86,19 +81,6 @@ def _decode(raw: bytes, type_: type) -> Any:
         return msgspec.json.decode(raw, type=type_)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise invalid_request("the request body is malformed", [decode_error_item(exc)]) from None
-
-
-async def _replay(registry: Registry, caller: Caller, idempotency: Idempotency, trace_id: str | None) -> Response | None:
-    """The recorded answer for an Idempotency-Key (200 for a ticket), 409 for another body, None if unseen."""
-    row = await ticket_queries.stored_response(registry.pool, idempotency.principal, idempotency.key)
-    if row is None or row["status_code"] is None:
-        return None
-    if row["body_hash"] != idempotency.body_hash:
-        raise await refuse(
-            registry, ProblemError(409, "idempotency_mismatch", "this Idempotency-Key was used with another request body"),
-            caller=caller, trace_id=trace_id,
-        )
-    return Response(row["response"], status_code=200 if row["status_code"] == 201 else row["status_code"])
 
 
 @post(
@@ -137,26 +119,10 @@ async def create_ticket(
         raise await refuse(registry, error, caller=None, trace_id=trace_id) from None
     try:
         body = decode_body(await request.body())
-        req = ticket_request(body, max_ttl=registry.settings.ticket_max_ttl)
-        check_request(req, max_ttl=registry.settings.ticket_max_ttl)
-        idempotency = idempotency_of(caller, idempotency_key, body)
     except ProblemError as error:
         raise await refuse(registry, error, caller=caller, trace_id=trace_id) from None
-
-    if idempotency is not None and (replayed := await _replay(registry, caller, idempotency, trace_id)) is not None:
-        return replayed
-    plan = await evaluate(registry, caller, req, body.parent_ticket, trace_id=trace_id)
-    try:
-        if plan.target.requires_approval:
-            view = await request_approval(registry, plan, body, trace_id=trace_id, idempotency=idempotency)
-            return Response(msgspec.to_builtins(view), status_code=202)
-        return Response(await mint(registry, plan, trace_id=trace_id, idempotency=idempotency), status_code=201)
-    except IdempotencyKeyTaken:
-        assert idempotency is not None
-        replayed = await _replay(registry, caller, idempotency, trace_id)
-        if replayed is None:  # the other request's answer is gone already (over 24 h): cannot happen in practice
-            raise ProblemError(409, "idempotency_mismatch", "this Idempotency-Key is in use") from None
-        return replayed
+    answer = await request_ticket(registry, caller, body, idempotency_key=idempotency_key, trace_id=trace_id)
+    return Response(answer.body, status_code=answer.status)
 
 
 @post(
