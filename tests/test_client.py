@@ -395,3 +395,17 @@ def test_verifier_expired_foreign_and_rotated_keys():
             assert unknown.value.reason == "unknown_key"
         assert stub.count("GET", "/.well-known/jwks.json") == 2
         del newer_jwk
+
+
+def test_the_readme_python_section_works_when_pasted(server, mint, tenant, monkeypatch, capsys):
+    from tests.ticket_support import readme_python
+
+    code = readme_python("from registry.client import Registry").replace('"acme', f'"{tenant}')
+    monkeypatch.setenv("CAPREG_URL", server)
+    monkeypatch.setenv("AGENT_TOKEN", token(mint, tenant, "billing-agent", "registry:publish"))
+    monkeypatch.setenv("ROUTER_TOKEN", token(mint, tenant, "router", "registry:read invoice:read", regions=["eu"]))
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102
+    assert capsys.readouterr().out.strip() == "invoice_lookup user-19"
+    for name in ("agent", "router", "verifier"):
+        namespace[name].close()
