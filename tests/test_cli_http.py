@@ -82,3 +82,14 @@ def test_audit_verify_on_a_terminal_ends_with_one_summary_line(live_server):
         os.close(primary)
     assert result.returncode == 0
     assert result.stdout.count("\n") == 1 and result.stdout.startswith("audit chain intact")
+
+
+def test_a_malformed_card_file_shows_the_registrys_errors_with_their_paths(live_server, mint, tenant, tmp_path):
+    publisher = _env(live_server, mint, tenant, "publisher", "registry:publish")
+    card = json.loads((EXAMPLES / "billing-agent.json").read_text())
+    card["skills"][0]["sideEffect"] = "sometimes"
+    path = tmp_path / "card.json"
+    path.write_text(json.dumps(card))
+    result = capreg(publisher, "register", str(path), "--tenant", tenant, "--agent-id", "billing-agent", check=False)
+    assert result.returncode == 1 and "400 invalid_request" in result.stderr and "sideEffect" in result.stderr
+    assert result.stderr.count("\n") == 1

@@ -60,7 +60,7 @@ class AsyncRegistry(RegistryBase):
     async def _call(self, call: calls.Call, *, retries: bool = True) -> Any:
         attempt = 0
         while True:
-            args, key = self._request_args(call)
+            args, cache = self._request_args(call)
             try:
                 response = await self._http.request(**args)
             except httpx.TransportError as exc:
@@ -70,7 +70,7 @@ class AsyncRegistry(RegistryBase):
             else:
                 delay = self._retry_delay(attempt, response) if retries else None
                 if delay is None:
-                    return self._finish(call, response, key)
+                    return self._finish(call, response, cache)
             await asyncio.sleep(delay)
             attempt += 1
 

@@ -51,24 +51,25 @@ class RegistryBase:
         return headers
 
     def _request_args(self, call: calls.Call) -> tuple[dict[str, Any], tuple | None]:
-        """httpx request arguments and the ETag cache key (None when the call is not cached)."""
+        """httpx request arguments, and for a cacheable call its cache key with the entry it
+        revalidates (kept here, so a 304 is answered even if the entry is evicted meanwhile)."""
         headers = self._headers(call)
-        key = None
+        cache = None
         if call.cacheable:
             key = (call.path, tuple(call.params), headers.get("Authorization"))
             cached = self._etags.lookup(key)
             if cached is not None:
                 headers["If-None-Match"] = cached[0]
-        return {"method": call.method, "url": call.path, "params": call.params, "content": call.body, "headers": headers}, key
+            cache = (key, cached)
+        return {"method": call.method, "url": call.path, "params": call.params, "content": call.body, "headers": headers}, cache
 
-    def _answer(self, call: calls.Call, response: httpx.Response, key: tuple | None) -> tuple[int, bytes]:
+    def _answer(self, response: httpx.Response, cache: tuple | None) -> tuple[int, bytes]:
         """(status, body) after the ETag cache: a 304 becomes the cached 200."""
-        if key is not None:
-            if response.status_code == 304:
-                cached = self._etags.lookup(key)
-                if cached is not None:
-                    return 200, cached[1]
-            elif response.status_code == 200 and response.headers.get("etag"):
+        if cache is not None:
+            key, cached = cache
+            if response.status_code == 304 and cached is not None:
+                return 200, cached[1]
+            if response.status_code == 200 and response.headers.get("etag"):
                 self._etags.store(key, response.headers["etag"], response.content)
         return response.status_code, response.content
 
@@ -78,8 +79,8 @@ class RegistryBase:
         retry_after = calls.retry_after_seconds(response.headers.get("retry-after")) if response is not None else None
         return self.retry_policy.delay(attempt, retry_after)
 
-    def _finish(self, call: calls.Call, response: httpx.Response, key: tuple | None) -> Any:
-        status, body = self._answer(call, response, key)
+    def _finish(self, call: calls.Call, response: httpx.Response, cache: tuple | None) -> Any:
+        status, body = self._answer(response, cache)
         return calls.read_answer(call, status, body, calls.retry_after_seconds(response.headers.get("retry-after")))
 
     def _remember_card(self, tenant: str, agent_id: str, body: bytes) -> None:

@@ -9,6 +9,7 @@ import email.utils
 import json
 import os
 import random
+import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -135,8 +136,12 @@ def card_body(card: Any, fields: Mapping[str, Any] | None = None, skill_fields: 
     """The PUT body from a dict, a path to a JSON file, raw JSON bytes, or an a2a-sdk AgentCard;
     `fields` adds registry fields at the top (visibility, sharedWith), `skill_fields` per skill id
     (version, sideEffect, scopes, inputSchema, ...)."""
-    if isinstance(card, bytes | bytearray) and not fields and not skill_fields:
-        return bytes(card)
+    if not fields and not skill_fields:
+        # Sent as written: the registry judges it and names each problem's path.
+        if isinstance(card, bytes | bytearray):
+            return bytes(card)
+        if isinstance(card, str | os.PathLike):
+            return _read_card(card)
     document = _card_document(card)
     document.update(fields or {})
     if skill_fields:
@@ -147,15 +152,18 @@ def card_body(card: Any, fields: Mapping[str, Any] | None = None, skill_fields: 
     return _json(document)
 
 
+def _read_card(path: str | os.PathLike) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise CapregError(f"cannot read card file {os.fspath(path)}: {exc.strerror}", code="invalid_card") from None
+
+
 def _card_document(card: Any) -> dict[str, Any]:
     if isinstance(card, Mapping):
         return dict(card)
     if isinstance(card, str | os.PathLike):
-        try:
-            raw = Path(card).read_bytes()
-        except OSError as exc:
-            raise CapregError(f"cannot read card file {os.fspath(card)}: {exc.strerror}", code="invalid_card") from None
-        return _card_document(raw)
+        return _card_document(_read_card(card))
     if isinstance(card, bytes | bytearray):
         try:
             document = json.loads(card)
@@ -354,18 +362,21 @@ class EtagCache:
     def __init__(self, size: int = 256):
         self._entries: OrderedDict[tuple, tuple[str, bytes]] = OrderedDict()
         self._size = size
+        self._lock = threading.Lock()  # a Registry is shared between threads
 
     def lookup(self, key: tuple) -> tuple[str, bytes] | None:
-        entry = self._entries.get(key)
-        if entry is not None:
-            self._entries.move_to_end(key)
-        return entry
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+            return entry
 
     def store(self, key: tuple, etag: str, body: bytes) -> None:
-        self._entries[key] = (etag, body)
-        self._entries.move_to_end(key)
-        while len(self._entries) > self._size:
-            self._entries.popitem(last=False)
+        with self._lock:
+            self._entries[key] = (etag, body)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
 
 
 def unreachable(base_url: str, exc: Exception) -> CapregError:

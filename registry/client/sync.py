@@ -62,7 +62,7 @@ class Registry(RegistryBase):
     def _call(self, call: calls.Call, *, retries: bool = True) -> Any:
         attempt = 0
         while True:
-            args, key = self._request_args(call)
+            args, cache = self._request_args(call)
             try:
                 response = self._http.request(**args)
             except httpx.TransportError as exc:
@@ -73,7 +73,7 @@ class Registry(RegistryBase):
             else:
                 delay = self._retry_delay(attempt, response) if retries else None
                 if delay is None:
-                    return self._finish(call, response, key)
+                    return self._finish(call, response, cache)
             time.sleep(delay)
             attempt += 1
 
