@@ -29,7 +29,7 @@ class _Problem(msgspec.Struct, rename="camel", kw_only=True):
 class CapregError(Exception):
     """A non-2xx answer (or no answer at all) from the registry, or a ticket that failed verification.
 
-    `status` is the HTTP status (None when the registry could not be reached), `code` the contract's
+    `status` is the HTTP status (None when the registry could not be reached), `code` the registry's
     error code (`not_found`, `delegation_denied`, ..., `unreachable` when there was no answer,
     `invalid_ticket` from TicketVerifier), `reason` the refusal reason of `delegation_denied` (and
     the cause of `invalid_ticket`), `errors` the problem's `{path, message}` items, `trace_id` the
