@@ -1,5 +1,6 @@
 """HTTP: the security console (`/console`, static files shipped in registry/console/), Swagger UI for
-`/schema` served from the installed `swagger-ui-bundle` package (no CDN), and the browser-facing
+`/schema` served from the installed `openapi-ui-bundles` package (Swagger UI 5,
+which reads OpenAPI 3.1; no CDN), and the browser-facing
 security headers every response carries.
 
 The console is plain HTML, ES modules and CSS on the JSON API; it holds no server-side state and no
@@ -15,7 +16,7 @@ from litestar import Request, Response, get
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.static_files import create_static_files_router
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
-from swagger_ui_bundle import swagger_ui_path
+from openapi_ui_bundles.swagger_ui import static_path as swagger_ui_path
 
 CONSOLE_DIR = Path(__file__).resolve().parent.parent / "console"
 SWAGGER_ASSETS = "/console/vendor/swagger-ui"
@@ -73,7 +74,7 @@ def security_headers(app: ASGIApp) -> ASGIApp:
 async def console_page() -> Response[bytes]:
     # Read per request (a small file): an upgraded package serves its own page without a restart.
     return Response(
-        (CONSOLE_DIR / "index.html").read_bytes(), media_type="text/html; charset=utf-8",
+        (CONSOLE_DIR / "index.html").read_bytes(), media_type="text/html",
         headers={"Cache-Control": "no-cache"},
     )
 
@@ -114,5 +115,5 @@ class OfflineSwaggerRenderPlugin(SwaggerRenderPlugin):
 ROUTES = [
     console_page,
     create_static_files_router("/console/static", [CONSOLE_DIR / "static"], name="console-static"),
-    create_static_files_router(SWAGGER_ASSETS, [Path(str(swagger_ui_path))], name="swagger-ui-assets"),
+    create_static_files_router(SWAGGER_ASSETS, [swagger_ui_path], name="swagger-ui-assets"),
 ]

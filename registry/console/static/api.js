@@ -90,6 +90,7 @@ export async function api(path, { method = "GET", body, accept = "application/js
     }
     let problem = {};
     try { problem = await response.json(); } catch { /* not a problem document */ }
+    if (signal?.aborted) throw new DOMException("abandoned", "AbortError");
     const error = new ApiError(response.status, problem);
     const missing = Array.isArray(problem.missingScopes) ? problem.missingScopes : [];
     if (response.status === 401 || (response.status === 403 && error.code === "insufficient_scope" && needs && missing.includes(needs))) {

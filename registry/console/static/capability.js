@@ -29,16 +29,28 @@ function versionsTable(items) {
       el("td", {}, v.health ?? "")))));
 }
 
-/** Versions of the agents on one discovery page, retired ones included, newest first per agent. */
-async function withRetired(items, id, signal) {
+/** Per agent on one discovery page: its public view (name, description) and every version of the
+ * capability, retired ones included (newest first); an agent the caller cannot read is skipped. */
+async function agentsOf(items, id, signal) {
   const agents = [...new Map(items.map((v) => [`${v.tenant}/${v.agentId}`, v])).values()];
-  const lists = await Promise.all(agents.map((v) =>
-    api(`/v1/agents/${encodeURIComponent(v.tenant)}/${encodeURIComponent(v.agentId)}/skills/${encodeURIComponent(id)}/versions`, { signal })
-      .then((r) => r.items)
-      .catch((error) => { if (error instanceof TokenRefused || error.name === "AbortError") throw error; return []; })));
-  const seen = new Map();
-  for (const v of [...lists.flat(), ...items]) if (!seen.has(v.ref)) seen.set(v.ref, v);
-  return [...seen.values()];
+  const quiet = (error) => { if (error instanceof TokenRefused || error.name === "AbortError") throw error; return null; };
+  return Promise.all(agents.map(async (v) => {
+    const base = `/v1/agents/${encodeURIComponent(v.tenant)}/${encodeURIComponent(v.agentId)}`;
+    const [agent, versions] = await Promise.all([
+      api(base, { signal }).catch(quiet),
+      api(`${base}/skills/${encodeURIComponent(id)}/versions`, { signal }).catch(quiet),
+    ]);
+    const listed = items.filter((i) => i.tenant === v.tenant && i.agentId === v.agentId);
+    const known = new Set((versions?.items || []).map((i) => i.ref));
+    return { key: `${v.tenant}/${v.agentId}`, agent, versions: [...(versions?.items || []), ...listed.filter((i) => !known.has(i.ref))] };
+  }));
+}
+
+function agentsView(entries) {
+  return entries.map(({ key, agent, versions }) => el("section", { class: "agent" },
+    el("h4", {}, el("code", {}, key), agent ? ` ${agent.name}` : ""),
+    agent ? el("p", { class: "agent-description" }, agent.description) : null,
+    versionsTable(versions)));
 }
 
 export async function render(root, params, ctx) {
@@ -52,8 +64,8 @@ export async function render(root, params, ctx) {
   const grants = el("div", { class: "results grants-box" });
   const versionPager = new Pager(async (cursor) => {
     const page = await api(withQuery("/v1/capabilities", { skill: id, tenant: params.tenant, versions: "all", limit: 200, cursor }), { signal: ctx.signal });
-    const items = await withRetired(page.items, id, ctx.signal);
-    replace(versions, items.length ? versionsTable(items) : el("p", { class: "empty" }, `No visible agent offers ${id}.`));
+    const entries = await agentsOf(page.items, id, ctx.signal);
+    replace(versions, entries.length ? agentsView(entries) : el("p", { class: "empty" }, `No visible agent offers ${id}.`));
     return page;
   });
   const grantPager = new Pager(async (cursor) => {

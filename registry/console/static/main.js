@@ -43,7 +43,8 @@ export function go(page, params = {}) {
 
 async function render() {
   controller?.abort();
-  controller = new AbortController();
+  const mine = new AbortController();
+  controller = mine;
   const { page, params } = route();
   for (const link of document.querySelectorAll("nav a")) {
     link.classList.toggle("current", link.dataset.page === page);
@@ -58,9 +59,10 @@ async function render() {
   $("login").hidden = true;
   replace(root, el("p", { class: "loading" }, "Loading…"));
   try {
-    await PAGES[page].render(root, params, { signal: controller.signal, go });
+    await PAGES[page].render(root, params, { signal: mine.signal, go });
   } catch (error) {
-    if (error instanceof TokenRefused || error.name === "AbortError") return;
+    // A refused token, or a load abandoned for another page: already shown, or no longer wanted.
+    if (error instanceof TokenRefused || error.name === "AbortError" || mine.signal.aborted) return;
     notice(error.message);
   }
 }
