@@ -24,6 +24,7 @@ import pytest_asyncio
 from auth.keys import load_keyring
 from auth.tokens import mint_caller_token
 from db.pool import connect
+from registry.audit_chain import make_checkpoint
 from tests.audit_support import fresh_database
 from tests.conftest import example, server_home, start_server, stop_server
 
@@ -74,6 +75,15 @@ class Server:
             self._keyring, issuer=os.environ.get("CAPREG_ISSUER", "capreg"),
             audience=os.environ.get("CAPREG_AUDIENCE", "capreg"), tenant=tenant, sub=sub, scopes=scopes.split(), ttl=ttl,
         )
+
+    async def checkpoint(self) -> int:
+        """Sign the chain head now (as the server's checkpoint writer does); returns its seq."""
+        conn = await connect(self.database_url)
+        try:
+            signed = await make_checkpoint(conn, await load_keyring(conn), os.environ.get("CAPREG_ISSUER", "capreg"))
+        finally:
+            await conn.close()
+        return signed.seq
 
     async def call(self, method: str, path: str, token: str, **kwargs) -> httpx.Response:
         return await self.http.request(method, path, headers={"Authorization": f"Bearer {token}"}, **kwargs)
@@ -218,13 +228,13 @@ async def test_events_filter_to_denials_highlighted_with_a_chart(server, tab):
     assert await tab.page.locator("tr.event:not(.denied)").count() > 0
     await expect(tab.page.locator("figure.chart rect.denied").first).to_be_attached()
     await expect(tab.page.locator("figure.chart figcaption")).to_contain_text("denied 3")
+    await tab.screenshot("events")
 
     await tab.page.select_option("#filter-outcome", "denied")
     await tab.page.click("form.filters button[type=submit]")
     await expect(tab.page.locator("tr.event")).to_have_count(3)
     assert await tab.page.locator("tr.event.denied").count() == 3
     await expect(tab.page.locator("tr.event").first).to_contain_text("scope_escalation")
-    await tab.screenshot("events")
 
     async with tab.page.expect_download() as download_info:
         await tab.page.click("button.export")
@@ -249,10 +259,14 @@ async def test_events_page_by_cursor(server, tab):
 async def test_the_chain_page_reports_a_verified_checkpoint(server, tab):
     tenant = fresh_tenant()
     await server.register(tenant, "billing-agent", example("billing-agent.json"))
+    seq = await server.checkpoint()
+    assert seq > 0
     await tab.open("chain", await auditor(server, tenant))
     await expect(tab.page.locator(".signature .verdict")).to_have_text(
         "Signature verified in this browser (Ed25519, WebCrypto) with the registry's published keys.")
     await expect(tab.page.locator(".chain-status .verdict")).to_contain_text("Chain verified:")
+    await expect(tab.page.locator(".chain-status .verdict")).to_contain_text(f"matching the checkpoint signed at seq {seq}")
+    await expect(tab.page.locator(".signature dl")).to_contain_text(str(seq))
     await tab.screenshot("chain")
     assert tab.errors == []
 
@@ -262,6 +276,7 @@ async def test_a_tampered_log_shows_its_first_bad_seq(server_url, browser):
         tenant = fresh_tenant()
         await tampered.register(tenant, "billing-agent", example("billing-agent.json"))
         assert (await tampered.mint_ticket(tenant)).status_code == 201
+        assert await tampered.checkpoint() > 2
         conn = await connect(tampered.database_url)
         try:  # as the superuser, past the append-only triggers (tests/test_audit_tamper.py)
             await conn.execute("ALTER TABLE audit_events DISABLE TRIGGER ALL")

@@ -42,7 +42,7 @@ function eventsTable(items) {
 
 /** Stacked bars, one per hour: allowed below, denied on top, so a spike of refusals stands out. */
 export function hourlyChart(hours) {
-  const width = 960, height = 180, top = 12, bottom = 28, left = 44;
+  const width = 1200, height = 170, top = 12, bottom = 28, left = 44;
   const max = Math.max(1, ...hours.map((h) => h.allowed + h.denied));
   const slot = (width - left) / Math.max(1, hours.length);
   const scale = (n) => (n / max) * (height - top - bottom);
