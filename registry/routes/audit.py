@@ -234,7 +234,8 @@ async def hourly_outcomes(
 ) -> Response[HourlyOutcomes]:
     registry = registry_of(request)
     caller = await registry.require_caller(request, "audit:read")
-    end = _hour_floor(_rfc3339("until", until) or datetime.now(timezone.utc) + timedelta(hours=1), up=True)
+    until_at = _rfc3339("until", until)
+    end = _hour_floor(until_at, up=True) if until_at else _hour_floor(datetime.now(timezone.utc)) + timedelta(hours=1)
     start = _hour_floor(_rfc3339("since", since) or end - timedelta(hours=24))
     if end - start > timedelta(hours=MAX_HOURS):
         raise invalid_request(
