@@ -128,6 +128,7 @@ async def test_console_files_and_security_headers(client):
 async def test_the_schema_page_loads_nothing_from_another_origin(client):
     page = await client.get("/schema")
     assert page.status_code == 200
+    assert page.headers["content-security-policy"] == (await client.get("/console")).headers["content-security-policy"]
     assert "cdn" not in page.text.lower() and "http://" not in page.text and "https://" not in page.text
     assert "<script>" not in page.text  # no inline script: the page runs under a same-origin script policy
     for name in re.findall(r"""(?:src|href)=["'](/[^"']+)["']""", page.text):

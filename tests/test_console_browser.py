@@ -352,11 +352,15 @@ async def test_no_request_leaves_for_another_host_and_headers_are_strict(server,
 
 async def test_the_schema_page_renders_offline(server, tab):
     response = await tab.page.goto(f"{server.base}/schema")
-    assert "content-security-policy" in response.headers
+    assert "script-src 'self';" in response.headers["content-security-policy"]
+    assert "unsafe" not in response.headers["content-security-policy"]
     await expect(tab.page.locator(".swagger-ui .info .title")).to_contain_text("capreg")
     await expect(tab.page.locator(".opblock-summary-path", has_text="/v1/audit/grants").first).to_be_visible()
+    await tab.page.locator(".opblock-summary-path", has_text="/v1/audit/grants").first.click()
+    await expect(tab.page.locator(".opblock-body").first).to_be_visible()
     await tab.screenshot("schema")
     assert set(tab.hosts) == {server.host}
+    assert tab.errors == []  # no script or style refused by the policy
 
 
 async def test_an_expired_token_is_refused_and_forgotten(server, tab):

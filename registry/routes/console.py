@@ -21,13 +21,11 @@ from openapi_ui_bundles.swagger_ui import static_path as swagger_ui_path
 CONSOLE_DIR = Path(__file__).resolve().parent.parent / "console"
 SWAGGER_ASSETS = "/console/vendor/swagger-ui"
 
-# No inline script or style anywhere, nothing from another origin, never framed.
-CONSOLE_CSP = (
+# The console and /schema: no inline script or style, nothing from another origin, never framed.
+PAGE_CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
-# Swagger UI (React) sets style attributes on its elements; its scripts stay same-origin only.
-SCHEMA_CSP = CONSOLE_CSP.replace("style-src 'self'", "style-src 'self' 'unsafe-inline'")
 # JSON and everything else: nothing to load, nothing to run.
 API_CSP = "default-src 'none'; frame-ancestors 'none'"
 
@@ -39,10 +37,8 @@ _COMMON_HEADERS = [
 
 
 def _csp_for(path: str) -> bytes:
-    if path == "/console" or path.startswith("/console/"):
-        return CONSOLE_CSP.encode()
-    if path == "/schema" or path.startswith("/schema/"):
-        return SCHEMA_CSP.encode()
+    if path.startswith(("/console", "/schema")):
+        return PAGE_CSP.encode()
     return API_CSP.encode()
 
 
