@@ -9,7 +9,6 @@ from contextlib import asynccontextmanager
 
 from litestar import Litestar
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar import Response, get
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -19,7 +18,7 @@ from db.migrate import apply_migrations
 from db.pool import create_pool
 from registry.config import Settings, load_settings
 from registry.problems import handle_exception
-from registry.routes import agents, audit, details, discovery, lifecycle, mcp, ops, tickets
+from registry.routes import agents, audit, console, details, discovery, lifecycle, mcp, ops, tickets
 from registry.service import ChangeWatcher, Registry
 from registry.observability import RequestMetrics, observability_middleware
 from registry.rate_limit import TokenBuckets, rate_limit_middleware
@@ -69,9 +68,11 @@ def create_app(settings: Settings | None = None) -> Litestar:
         route_handlers=[
             *agents.ROUTES, *discovery.ROUTES, *details.ROUTES, *lifecycle.ROUTES, *tickets.ROUTES,
             *audit.ROUTES, *ops.ROUTES, *mcp.ROUTES, serve_metrics,
+            *console.ROUTES,  # the security console and the offline /schema assets
         ],
         lifespan=[lifespan],
         middleware=[
+            console.security_headers,  # CSP, nosniff, no referrer, no framing (registry/routes/console.py)
             observability_middleware(metrics),
             *([rate_limit_middleware(TokenBuckets(settings.rate_limit, settings.rate_burst or max(1, math.ceil(2 * settings.rate_limit))))]
               if settings.rate_limit > 0 else []),
@@ -83,7 +84,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             version="1.0.0",
             description="Capability registry and discovery service for AI agents.",
             path="/schema",
-            render_plugins=[SwaggerRenderPlugin()],
+            render_plugins=[console.OfflineSwaggerRenderPlugin()],  # no CDN: assets served by capreg
         ),
         debug=False,
     )
