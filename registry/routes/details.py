@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from litestar import Request, get, post
-from litestar.params import JSONBody, PathParameter, QueryParameter
+from litestar.params import PathParameter, QueryParameter
 
 from auth.policy import NOT_FOUND, CapabilityGate, Decision, can_see, decide_release
 from auth.principal import Caller
@@ -36,6 +36,7 @@ from registry.release import (
     requested_ref,
     withheld_extended_card,
 )
+from registry.request_guard import body_schema, read_body
 from registry.service import Registry, registry_of, trace_id_of
 from registry.skill_records import skill_record
 from registry.versions import InvalidRange
@@ -187,22 +188,6 @@ class ValidateRequest(Wire, forbid_unknown_fields=True):
     mode: Mode = "strict"
 
 
-async def reject_unreadably_deep_json(request: Request) -> None:
-    """400 for a body nested deeper than the JSON decoder can follow.
-
-    msgspec raises RecursionError (not a DecodeError) there, which litestar would let through as
-    a 500; this runs before litestar decodes the body. Other decode errors are litestar's to report.
-    """
-    try:
-        msgspec.json.decode(await request.body())
-    except RecursionError:
-        raise invalid_request(
-            "request body is nested too deeply", [ErrorItem(path="", message="JSON nesting exceeds the decoder's limit")]
-        ) from None
-    except msgspec.DecodeError:
-        pass
-
-
 @post(
     _VERSION_PATH + "/validate",
     status_code=200,
@@ -214,7 +199,7 @@ async def reject_unreadably_deep_json(request: Request) -> None:
         "and reported as warnings."
     ),
     responses=problem_responses(400, 401, 403, 404, 410, 413),
-    before_request=reject_unreadably_deep_json,
+    dependencies=body_schema(ValidateRequest),
 )
 async def validate_capability_arguments(
     request: Request,
@@ -222,8 +207,9 @@ async def validate_capability_arguments(
     agent_id: AgentPath,
     skill_id: SkillPath,
     version: VersionPath,
-    data: JSONBody[ValidateRequest],
 ) -> ValidationReport:
+    await registry_of(request).caller(request)  # a bad token is 401 before the body is looked at
+    data = await read_body(request, ValidateRequest)
     _, _, released = await release(request, tenant, agent_id, skill_id, version)
     return validate_arguments(released.cap.input_schema, data.arguments, data.mode)
 
