@@ -32,7 +32,7 @@ log = logging.getLogger("capreg")
 _KEYRING_REFRESH_SECONDS = 5.0
 # A safety net under the NOTIFY: the keyring is reloaded at least this often.
 _KEYRING_POLL_SECONDS = 30.0
-# The scheme of an Authorization header, any case, then one or more spaces or tabs.
+# The scheme of an Authorization header (any case), then whitespace, then the token.
 _BEARER = "bearer"
 
 
@@ -211,11 +211,10 @@ class Registry:
             state["caller"] = None
             return None
         try:
-            scheme, _, token = header.strip().partition(" ")
-            token = token.strip()
-            if scheme.lower() != _BEARER or not token or " " in token:
+            parts = header.split()
+            if len(parts) != 2 or parts[0].lower() != _BEARER:
                 raise InvalidToken("Authorization must be 'Bearer <token>'", "malformed")
-            caller = await self.verify(token)
+            caller = await self.verify(parts[1])
         except InvalidToken as exc:
             self.auth_failures[exc.reason] += 1
             state["caller"] = error = invalid_token(str(exc))
