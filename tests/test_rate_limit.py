@@ -6,6 +6,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from registry.config import Settings, load_settings
 from registry.rate_limit import TokenBuckets, client_address, trusted_networks
@@ -102,3 +104,18 @@ async def test_junk_tokens_share_their_senders_address_bucket(database_url, mint
         assert statuses[:3] == [401, 401, 401] and statuses[3:] == [429, 429, 429]
         # A verified caller from the same address has its own bucket.
         assert (await client.get("/v1/capabilities", headers=mint(tenant, "router", "registry:read"))).status_code == 200
+
+
+@given(st.lists(st.tuples(st.integers(0, 20), st.floats(0, 5)), max_size=200), st.sampled_from([4, 1000]))
+def test_buckets_stay_bounded_and_a_remembered_key_never_passes_its_rate(requests, bound):
+    buckets = TokenBuckets(rate=2.0, burst=3, max_buckets=bound)
+    passed: dict[int, int] = {}
+    now = 0.0
+    for key, step in requests:
+        now += step
+        if buckets.take(key, now) == 0.0:
+            passed[key] = passed.get(key, 0) + 1
+        assert len(buckets) <= bound
+    if bound == 1000:  # nothing evicted: each key got at most its burst plus the rate over the time
+        for count in passed.values():
+            assert count <= 3 + 2.0 * now + 1e-9

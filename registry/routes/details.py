@@ -208,7 +208,7 @@ async def validate_capability_arguments(
     skill_id: SkillPath,
     version: VersionPath,
 ) -> ValidationReport:
-    await registry_of(request).caller(request)  # a bad token is 401 before the body is looked at
+    await registry_of(request).require_caller(request)  # 401 before the body is looked at
     data = await read_body(request, ValidateRequest)
     _, _, released = await release(request, tenant, agent_id, skill_id, version)
     return validate_arguments(released.cap.input_schema, data.arguments, data.mode)
