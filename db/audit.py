@@ -10,7 +10,8 @@ import msgspec
 from registry.audit import GENESIS_HASH, AuditEvent, AuditRecord, event_hash
 
 AUDIT_COLUMNS = (
-    "seq, at, tenant, actor_tenant, type, actor, on_behalf_of, ref, scopes, outcome, reason, trace_id, prev_hash, hash"
+    "seq, at, tenant, actor_tenant, type, actor, on_behalf_of, ref, scopes, outcome, reason, trace_id, prev_hash, hash, "
+    "actor_issuer, request_id"
 )
 
 
@@ -31,11 +32,12 @@ async def append_events(conn: asyncpg.Connection, events: list[AuditEvent]) -> l
         digest = event_hash(prev, seq, at, event)
         rows.append(
             (seq, at, event.tenant, event.actor_tenant, event.type, event.actor, event.on_behalf_of,
-             event.ref, list(event.scopes), event.outcome, event.reason, event.trace_id, prev, digest)
+             event.ref, list(event.scopes), event.outcome, event.reason, event.trace_id, prev, digest,
+             event.actor_issuer, event.request_id)
         )
         prev = digest
     await conn.executemany(
-        f"INSERT INTO audit_events ({AUDIT_COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)",
+        f"INSERT INTO audit_events ({AUDIT_COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)",
         rows,
     )
     await conn.execute("UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1", seq, prev)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import AsyncIterator
@@ -21,7 +22,9 @@ from registry.problems import handle_exception
 from registry.routes import agents, audit, console, details, discovery, lifecycle, mcp, ops, tickets
 from registry.service import ChangeWatcher, Registry
 from registry.observability import RequestMetrics, observability_middleware
+from registry.housekeeping import run_housekeeping
 from registry.rate_limit import TokenBuckets, rate_limit_middleware
+from registry.request_guard import unstorable_guard
 
 log = logging.getLogger("capreg")
 
@@ -46,10 +49,15 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 ("capreg_db_pool_size", "connections open in the pool", pool.get_size),
                 ("capreg_db_pool_idle", "idle connections in the pool", pool.get_idle_size),
             ]
+            metrics.auth_failures = registry.auth_failures
             checkpoints = audit.start_checkpoints(registry)
+            chores = [asyncio.create_task(registry.watch_keys()), asyncio.create_task(run_housekeeping(registry))]
             try:
                 yield
             finally:
+                for chore in chores:
+                    chore.cancel()
+                await asyncio.gather(*chores, return_exceptions=True)
                 await audit.stop_checkpoints(checkpoints)
                 await registry.writes.stop()
                 await watcher.stop()
@@ -74,8 +82,11 @@ def create_app(settings: Settings | None = None) -> Litestar:
         middleware=[
             console.security_headers,  # CSP, nosniff, no referrer, no framing (registry/routes/console.py)
             observability_middleware(metrics),
-            *([rate_limit_middleware(TokenBuckets(settings.rate_limit, settings.rate_burst or max(1, math.ceil(2 * settings.rate_limit))))]
-              if settings.rate_limit > 0 else []),
+            *([rate_limit_middleware(
+                TokenBuckets(settings.rate_limit, settings.rate_burst or max(1, math.ceil(2 * settings.rate_limit))),
+                settings.trusted_proxies,
+            )] if settings.rate_limit > 0 else []),
+            unstorable_guard,
         ],
         exception_handlers={Exception: handle_exception},
         request_max_body_size=settings.max_body,

@@ -120,14 +120,18 @@ def cmd_keys_rotate(args: argparse.Namespace, settings: Settings) -> int:
 
     # The old key stays published for --keep-seconds (caller tokens it signed) and, whatever that is,
     # until the last ticket it signed has expired: the database knows those (db/keys.py), exactly.
+    # --keep-seconds 0 removes it at once (a leaked key): every token and ticket it signed stops working.
     keep = timedelta(seconds=max(0, args.keep_seconds))
 
     async def work(conn):
         return await rotate_key(conn, keep)
 
     kid = asyncio.run(_with_database(settings, work))
-    print(f"new signing key {kid}; the previous key stays in the JWKS for at least {int(keep.total_seconds())} s "
-          "and until the last ticket it signed has expired")
+    if not keep:
+        print(f"new signing key {kid}; the previous key is removed: its tokens and tickets no longer verify")
+    else:
+        print(f"new signing key {kid}; the previous key stays in the JWKS for at least {int(keep.total_seconds())} s "
+              "and until the last ticket it signed has expired")
     return 0
 
 
@@ -268,7 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     rotate = keys.add_parser("rotate", help="make a new signing key current")
     rotate.add_argument("--keep-seconds", type=int, default=3600,
                         help="keep the previous key published at least this long, for the caller tokens it "
-                             "signed (default 3600); it also stays until the last ticket it signed has expired")
+                             "signed (default 3600); it also stays until the last ticket it signed has expired. "
+                             "0 removes it at once, with every token and ticket it signed")
     rotate.set_defaults(run=cmd_keys_rotate)
 
     register = commands.add_parser("register", help="register an agent card file (CAPREG_URL, CAPREG_TOKEN)")

@@ -222,6 +222,7 @@ async def apply_registration(
     prepared: PreparedRegistration,
     *,
     trace_id: str | None,
+    request_id: str | None = None,
 ) -> RegistrationResult:
     """Write a prepared registration as one write of a group commit (db.group_commit): raises
     ProblemError on a conflict, and its savepoint rolls back with nothing applied."""
@@ -242,7 +243,7 @@ async def apply_registration(
     def event(type_: str, ref: str, scopes: list[str] | None = None) -> AuditEvent:
         return AuditEvent(
             type=type_, outcome="allowed", tenant=tenant, actor_tenant=caller.tenant, actor=caller.sub,
-            ref=ref, scopes=scopes or [], trace_id=trace_id,
+            actor_issuer=caller.issuer, ref=ref, scopes=scopes or [], trace_id=trace_id, request_id=request_id,
         )
 
     await agent_queries.lock_agent(conn, tenant, agent_id)

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-import msgspec
 from litestar import Request, get, post
-from litestar.params import JSONBody, PathParameter, QueryParameter
+from litestar.params import PathParameter, QueryParameter
 
 from auth.policy import NOT_FOUND, CapabilityGate, can_see, decide_release
 from auth.principal import Caller
@@ -21,11 +20,12 @@ from db import capabilities as capability_queries
 from registry.arguments import Mode, ValidationReport, validate_arguments
 from registry.cards import extended_agent_card
 from registry.discovery import capability_version
-from registry.problems import ErrorItem, invalid_request, not_found, problem_responses
+from registry.problems import not_found, problem_responses
 from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN
 from registry import release_service
 from registry.release import CapabilityDetail, release_event, withheld_extended_card
 from registry.release_service import Released, detail_of, tool_definition
+from registry.request_guard import body_schema, read_body
 from registry.service import Registry, registry_of, trace_id_of
 from registry.wire import Wire
 
@@ -137,22 +137,6 @@ class ValidateRequest(Wire, forbid_unknown_fields=True):
     mode: Mode = "strict"
 
 
-async def reject_unreadably_deep_json(request: Request) -> None:
-    """400 for a body nested deeper than the JSON decoder can follow.
-
-    msgspec raises RecursionError (not a DecodeError) there, which litestar would let through as
-    a 500; this runs before litestar decodes the body. Other decode errors are litestar's to report.
-    """
-    try:
-        msgspec.json.decode(await request.body())
-    except RecursionError:
-        raise invalid_request(
-            "request body is nested too deeply", [ErrorItem(path="", message="JSON nesting exceeds the decoder's limit")]
-        ) from None
-    except msgspec.DecodeError:
-        pass
-
-
 @post(
     _VERSION_PATH + "/validate",
     status_code=200,
@@ -164,7 +148,7 @@ async def reject_unreadably_deep_json(request: Request) -> None:
         "and reported as warnings."
     ),
     responses=problem_responses(400, 401, 403, 404, 410, 413),
-    before_request=reject_unreadably_deep_json,
+    dependencies=body_schema(ValidateRequest),
 )
 async def validate_capability_arguments(
     request: Request,
@@ -172,8 +156,9 @@ async def validate_capability_arguments(
     agent_id: AgentPath,
     skill_id: SkillPath,
     version: VersionPath,
-    data: JSONBody[ValidateRequest],
 ) -> ValidationReport:
+    await registry_of(request).require_caller(request)  # 401 before the body is looked at
+    data = await read_body(request, ValidateRequest)
     _, _, released = await release(request, tenant, agent_id, skill_id, version)
     return validate_arguments(released.cap.input_schema, data.arguments, data.mode)
 

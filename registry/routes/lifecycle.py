@@ -7,7 +7,7 @@ from typing import Annotated
 
 import msgspec
 from litestar import Request, post
-from litestar.params import JSONBody, PathParameter
+from litestar.params import PathParameter
 
 from auth.policy import can_see
 from auth.principal import Caller
@@ -22,7 +22,9 @@ from registry.problems import (
 )
 from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN, PublicCapability, SkillRegistration
 from registry.registration import schema_errors, skill_content
+from registry.request_guard import body_schema, read_body
 from registry.service import registry_of, trace_id_of
+from registry.tracing import current_request_id
 from registry.versions import InvalidVersion, Version, publish_verdict
 from registry.wire import Wire
 
@@ -57,11 +59,12 @@ async def _change_lifecycle(
     caller: Caller = await registry.require_caller(request)
     trace_id = trace_id_of(request)
     ref = capability_ref(tenant, agent_id, skill_id, version)
+    request_id = current_request_id()  # the write below runs in the group-commit task
 
     async def refuse(error: ProblemError) -> ProblemError:
         await registry.writes.record([AuditEvent(
             type=event_type, outcome="denied", tenant=tenant, actor_tenant=caller.tenant, actor=caller.sub,
-            ref=ref, reason=error.code, trace_id=trace_id,
+            actor_issuer=caller.issuer, ref=ref, reason=error.code, trace_id=trace_id, request_id=request_id,
         )])
         return error
 
@@ -84,7 +87,7 @@ async def _change_lifecycle(
             scope.change(event_type, tenant, agent_id, ref)
             scope.audit(AuditEvent(
                 type=event_type, outcome="allowed", tenant=tenant, actor_tenant=caller.tenant,
-                actor=caller.sub, ref=ref, trace_id=trace_id,
+                actor=caller.sub, actor_issuer=caller.issuer, ref=ref, trace_id=trace_id, request_id=request_id,
             ))
 
     try:
@@ -100,11 +103,14 @@ async def _change_lifecycle(
     status_code=200,
     summary="Deprecate a version: still discoverable and delegable, shown with status deprecated",
     responses=problem_responses(401, 403, 404, 410),
+    dependencies=body_schema(Deprecation),
 )
 async def deprecate(
     request: Request, tenant: TenantPath, agent_id: AgentPath, skill_id: SkillPath, version: VersionPath,
-    data: JSONBody[Deprecation],
 ) -> PublicCapability:
+    await registry_of(request).require_caller(request)
+    data = await read_body(request, Deprecation)
+
     async def apply(conn, status: str) -> bool:
         if status == "retired":
             raise ProblemError(410, "retired", "a retired version cannot be deprecated")
@@ -142,9 +148,11 @@ async def retire(
         "accepted); `breakingChanges` lists every breaking change found, also across a major bump."
     ),
     responses=problem_responses(401),
+    dependencies=body_schema(CompatibilityRequest),
 )
-async def compatibility(request: Request, data: JSONBody[CompatibilityRequest]) -> CompatibilityReport:
+async def compatibility(request: Request) -> CompatibilityReport:
     await registry_of(request).require_caller(request)
+    data = await read_body(request, CompatibilityRequest)
     problems: list[ErrorItem] = []
     versions = {}
     for side in ("old", "new"):
