@@ -5,8 +5,6 @@ bodies as CapregError, retries on 429/503 (a scripted stub server), keep_alive r
 from __future__ import annotations
 
 import asyncio
-import base64
-import copy
 import json
 import subprocess
 import sys
