@@ -87,7 +87,7 @@ async def register_agent(
         raise await refused(insufficient_scope("registry:publish"), "agent.registered")
     if caller.tenant != tenant:
         raise await refused(tenant_mismatch(), "agent.registered")
-    prepared = prepare_registration(data)
+    prepared = await prepare_registration(data)
     try:
         result = await registry.writes.run(
             lambda scope: apply_registration(scope, caller, tenant, agent_id, prepared, trace_id=trace_id_of(request))

@@ -20,7 +20,7 @@ from auth.policy import NOT_FOUND, CapabilityGate, Decision, can_see, decide_rel
 from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
-from registry.arguments import Mode, ValidationReport, validate_arguments
+from registry.arguments import Mode, ValidationReport, validate_arguments_bounded
 from registry.cards import extended_agent_card, mcp_tool, openai_tool
 from registry.discovery import capability_version, public_capability
 from registry.problems import ErrorItem, ProblemError, invalid_request, not_found, problem_responses
@@ -225,7 +225,7 @@ async def validate_capability_arguments(
     data: JSONBody[ValidateRequest],
 ) -> ValidationReport:
     _, _, released = await release(request, tenant, agent_id, skill_id, version)
-    return validate_arguments(released.cap.input_schema, data.arguments, data.mode)
+    return await validate_arguments_bounded(released.cap.input_schema, data.arguments, data.mode)
 
 
 ROUTES = [get_capability_detail, get_extended_agent_card, get_capability_tool, validate_capability_arguments]

@@ -15,11 +15,10 @@ from db import agents as agent_queries
 from db import capabilities as capability_queries
 from db.group_commit import WriteScope
 from registry.audit import AuditEvent
-from registry.compatibility import check_compatibility
 from registry.discovery import capability_ref, public_capability
 from registry.problems import ErrorItem, ProblemError, invalid_request, not_found, problem_responses, tenant_mismatch
 from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN, PublicCapability, SkillRegistration
-from registry.registration import schema_errors, skill_content
+from registry.registration import bounded, breaking_changes, checked_schemas, skill_content
 from registry.service import registry_of, trace_id_of
 from registry.versions import InvalidVersion, Version
 from registry.wire import Wire
@@ -152,8 +151,12 @@ async def compatibility(request: Request, data: JSONBody[CompatibilityRequest]) 
             versions[side] = Version.parse(skill.version)
         except InvalidVersion as exc:
             problems.append(ErrorItem(path=f"/{side}/version", message=f"not a semantic version (2.0): {exc}"))
-        problems += schema_errors(skill.input_schema, f"/{side}/inputSchema", must_be_object=True)
-        problems += schema_errors(skill.output_schema, f"/{side}/outputSchema", must_be_object=False)
+    # Schemas are compiled and compared off the event loop, within a deadline (registry.bounded_work).
+    problems += await bounded(checked_schemas, [
+        (schema, f"/{side}/{key}", key == "inputSchema")
+        for side in ("old", "new")
+        for key, schema in (("inputSchema", getattr(data, side).input_schema), ("outputSchema", getattr(data, side).output_schema))
+    ], what="checking the schemas")
     if problems:
         raise invalid_request("both skills must be valid registrations", problems)
 
@@ -163,7 +166,7 @@ async def compatibility(request: Request, data: JSONBody[CompatibilityRequest]) 
 
     found = [
         ErrorItem(path=change.path, kind=change.kind, message=change.message)
-        for change in check_compatibility(contract(data.old), contract(data.new))
+        for change in await bounded(breaking_changes, contract(data.old), contract(data.new), what="comparing the skills")
     ]
     old, new = versions["old"], versions["new"]
     if new <= old:

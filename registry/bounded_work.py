@@ -1,0 +1,170 @@
+"""CPU-heavy work on registrant input, run in child processes with a deadline.
+
+Compiling and meta-validating a registrant's schema, checking compatibility, validating and
+repairing arguments: each can be made slow by its input (jsonschema-rs validation is exponential
+in the nesting of `anyOf` over shared `$ref`s, and holds the GIL while it builds error reports),
+and work in a thread can be neither interrupted nor kept from freezing the event loop. So such
+work runs in a small pool of worker processes: the event loop only waits, and a task that outlives
+its deadline has its worker killed (and replaced), failing with `WorkTimedOut` alone. The
+functions run must be module-level (they are pickled by reference) and return picklable values.
+
+One pool per server process, started on first use; workers are spawned (not forked from a process
+running an event loop and threads), cap their own address space, and exit when their parent does.
+See docs/security.md for the limits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import multiprocessing
+import os
+import queue
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection
+from typing import Any, Callable, TypeVar
+
+DEADLINE_SECONDS = 2.0
+WORKERS = max(1, min(2, os.cpu_count() or 1))
+_START_TIMEOUT_SECONDS = 60.0
+_ADDRESS_SPACE_BYTES = 4 * 1024**3
+
+T = TypeVar("T")
+
+
+class WorkTimedOut(Exception):
+    """The task ran past its deadline; its worker was killed."""
+
+
+class WorkFailed(Exception):
+    """The task raised, or its worker died (for example out of memory)."""
+
+
+def _serve(conn: Connection) -> None:
+    """A worker's loop: run each (function, args) received and send back its outcome."""
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (_ADDRESS_SPACE_BYTES, _ADDRESS_SPACE_BYTES))
+    except (ImportError, ValueError, OSError):
+        pass
+    # Import the usual payloads before saying ready, so the first task's deadline is not spent importing.
+    import registry.arguments  # noqa: F401
+    import registry.registration  # noqa: F401
+
+    conn.send(("ready", None))
+    while True:
+        try:
+            function, args = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            outcome = ("ok", function(*args))
+        except Exception as exc:  # returned to the caller, which raises WorkFailed
+            outcome = ("error", f"{type(exc).__name__}: {exc}")
+        try:
+            conn.send(outcome)
+        except Exception as exc:  # an unpicklable result
+            conn.send(("error", f"result not transferable: {exc}"))
+
+
+class _Worker:
+    def __init__(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.conn, child = context.Pipe()
+        self.process = context.Process(target=_serve, args=(child,), daemon=True, name="capreg-bounded-work")
+        self.process.start()
+        child.close()
+        self.ready = False
+
+    def call(self, function: Callable[..., Any], args: tuple, deadline: float) -> Any:
+        if not self.ready:
+            if not self.conn.poll(_START_TIMEOUT_SECONDS):
+                raise WorkFailed("worker did not start")
+            self.conn.recv()
+            self.ready = True
+        self.conn.send((function, args))
+        if not self.conn.poll(deadline):
+            raise WorkTimedOut(f"took longer than {deadline:g} s")
+        try:
+            status, value = self.conn.recv()
+        except (EOFError, OSError):
+            raise WorkFailed("worker died") from None
+        if status != "ok":
+            raise WorkFailed(value)
+        return value
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.join(5)
+        self.conn.close()
+
+
+class BoundedWork:
+    """A pool of worker processes; `run` awaits a function's result in one of them."""
+
+    def __init__(self, workers: int = WORKERS, deadline: float = DEADLINE_SECONDS) -> None:
+        self.deadline = deadline
+        self._size = workers
+        self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
+        # One thread per worker waits on it, so no other use of the default executor can starve.
+        self._threads = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="capreg-bounded-work")
+        self._started = False
+        self._lock = threading.Lock()
+        self._all: set[_Worker] = set()
+
+    def _start(self) -> None:
+        with self._lock:
+            if not self._started:
+                for _ in range(self._size):
+                    self._add()
+                self._started = True
+
+    def _add(self) -> None:
+        worker = _Worker()
+        self._all.add(worker)
+        self._idle.put(worker)
+
+    def _call(self, function: Callable[..., T], args: tuple) -> T:
+        self._start()
+        worker = self._idle.get()
+        try:
+            return worker.call(function, args, self.deadline)
+        except (WorkTimedOut, WorkFailed, OSError):
+            # The worker may be mid-task or dead: replace it rather than reuse it.
+            self._all.discard(worker)
+            worker.kill()
+            worker = _Worker()
+            self._all.add(worker)
+            raise
+        finally:
+            self._idle.put(worker)
+
+    async def run(self, function: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._threads, self._call, function, args)
+
+    def close(self) -> None:
+        for worker in list(self._all):
+            worker.kill()
+        self._all.clear()
+
+
+_pool: BoundedWork | None = None
+_pool_lock = threading.Lock()
+
+
+def bounded_work() -> BoundedWork:
+    """This process's pool (one per server process, shared by every app instance in it)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = BoundedWork()
+            atexit.register(_pool.close)
+        return _pool
+
+
+async def run_bounded(function: Callable[..., T], *args: Any) -> T:
+    """`function(*args)` in a worker process within the deadline, else WorkTimedOut / WorkFailed."""
+    return await bounded_work().run(function, *args)
