@@ -269,13 +269,15 @@ class _Repair:
                     message = f"unknown property {name!r} dropped"
                     self.warnings.append(Issue(path=f"{pointer}/{escape_pointer(name)}", message=message))
 
-        for name, subschema in properties.items():
-            subschema = _resolved(subschema, self.root)
+        for name, declared in properties.items():
+            subschema = _resolved(declared, self.root)
             if not isinstance(subschema, dict):
                 continue
             at = f"{pointer}/{escape_pointer(name)}"
-            if name not in instance and "default" in subschema:
-                self._fill(instance, name, subschema["default"], at, depth)
+            # A `default` beside a `$ref` annotates the property itself and wins over the target's.
+            holder = declared if isinstance(declared, dict) and "default" in declared else subschema
+            if name not in instance and "default" in holder:
+                self._fill(instance, name, holder["default"], at, depth)
             if isinstance(instance.get(name), dict):
                 self.object(instance[name], subschema, pointer=at, depth=depth + 1)
 

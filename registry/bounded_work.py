@@ -8,8 +8,9 @@ work runs in a small pool of worker processes: the event loop only waits, and a 
 its deadline has its worker killed (and replaced), failing with `WorkTimedOut` alone. The
 functions run must be module-level (they are pickled by reference) and return picklable values.
 
-One pool per server process, started on first use; workers are spawned (not forked from a process
-running an event loop and threads), cap their own address space, and exit when their parent does.
+One pool per server process, started on first use; workers are new interpreters (not forked from a
+process running an event loop and threads), run at a lower priority than the server, cap their own address
+space, and exit when their parent does.
 See docs/security.md for the limits.
 """
 
@@ -17,10 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import multiprocessing
 import os
 import queue
+import socket
+import subprocess
+import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any, Callable, TypeVar
@@ -41,8 +45,24 @@ class WorkFailed(Exception):
     """The task raised, or its worker died (for example out of memory)."""
 
 
-def _serve(conn: Connection) -> None:
-    """A worker's loop: run each (function, args) received and send back its outcome."""
+def _serve(fd: int) -> None:
+    """A worker's loop (`python -c ...` in a child process): run each (function, args) received on
+    the socket `fd` and send back its outcome."""
+    conn = Connection(fd)
+    parent = os.getppid()
+
+    def orphaned() -> None:  # a task may run long: do not outlive the server that asked for it
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(0)
+
+    threading.Thread(target=orphaned, daemon=True).start()
+    # Registrant work yields the CPU to the processes serving requests.
+    try:
+        os.nice(10)
+    except OSError:
+        pass
     try:
         import resource
 
@@ -70,19 +90,30 @@ def _serve(conn: Connection) -> None:
 
 
 class _Worker:
+    """One child process. Started with `subprocess` rather than multiprocessing's spawn, which
+    would re-import the server's __main__ module in the child."""
+
     def __init__(self) -> None:
-        context = multiprocessing.get_context("spawn")
-        self.conn, child = context.Pipe()
-        self.process = context.Process(target=_serve, args=(child,), daemon=True, name="capreg-bounded-work")
-        self.process.start()
-        child.close()
+        ours, theirs = socket.socketpair()
+        path = os.pathsep.join(p for p in sys.path if p)
+        env = {**os.environ, "PYTHONPATH": path}
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from registry.bounded_work import _serve; _serve(int(sys.argv[1]))",
+             str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),), env=env, cwd=os.getcwd(), stdin=subprocess.DEVNULL,
+        )
+        theirs.close()
+        self.conn = Connection(ours.detach())
         self.ready = False
 
     def call(self, function: Callable[..., Any], args: tuple, deadline: float) -> Any:
         if not self.ready:
             if not self.conn.poll(_START_TIMEOUT_SECONDS):
                 raise WorkFailed("worker did not start")
-            self.conn.recv()
+            try:
+                self.conn.recv()
+            except (EOFError, OSError):
+                raise WorkFailed("worker did not start") from None
             self.ready = True
         self.conn.send((function, args))
         if not self.conn.poll(deadline):
@@ -97,7 +128,7 @@ class _Worker:
 
     def kill(self) -> None:
         self.process.kill()
-        self.process.join(5)
+        self.process.wait(5)
         self.conn.close()
 
 
@@ -114,7 +145,8 @@ class BoundedWork:
         self._lock = threading.Lock()
         self._all: set[_Worker] = set()
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Start the worker processes (they import in the background); idempotent."""
         with self._lock:
             if not self._started:
                 for _ in range(self._size):
@@ -127,7 +159,7 @@ class BoundedWork:
         self._idle.put(worker)
 
     def _call(self, function: Callable[..., T], args: tuple) -> T:
-        self._start()
+        self.start()
         worker = self._idle.get()
         try:
             return worker.call(function, args, self.deadline)

@@ -138,7 +138,7 @@ def _refuse_retrieval(uri: str) -> Any:
 
 def _regex_hint(message: str) -> str:
     if 'is not a "regex"' in message:
-        return message + " (capreg runs patterns in a linear-time engine: no backreferences or look-around)"
+        return message + " (capreg runs patterns in a linear-time engine: no backreferences or look-around, and a bounded compiled size)"
     return message
 
 
