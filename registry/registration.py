@@ -42,11 +42,20 @@ class PreparedSkill(msgspec.Struct):
     content_hash: str
 
 
+class CompatibilityVerdict(msgspec.Struct):
+    """`incompatibilities(existing, new)` computed before the write, with the inputs it was computed on."""
+
+    existing: list
+    new: list
+    breaking: list[ErrorItem]
+
+
 class PreparedRegistration(msgspec.Struct):
     registration: AgentRegistration
     card: dict
     card_hash: str
     skills: list[PreparedSkill]
+    verdict: CompatibilityVerdict | None = None
 
 
 def _hash(value: Any) -> str:
@@ -227,6 +236,33 @@ def incompatibilities(
     return errors
 
 
+def _compatibility_inputs(
+    stored: list[Any], prepared: PreparedRegistration, new_skills: list[PreparedSkill]
+) -> tuple[list, list]:
+    """`incompatibilities`' arguments, in a stable order (so two reads of the same state compare equal)."""
+    existing = sorted(
+        ((r["skill_id"], Version.parse(r["version"]), skill_contract(r)) for r in stored),
+        key=lambda item: (item[0], item[1].sort_key()),
+    )
+    new = [(prepared.skills.index(p), p.skill.id, p.version, skill_content(p.skill, p.requires_approval)) for p in new_skills]
+    return existing, new
+
+
+async def check_compatibility_ahead(pool: Any, tenant: str, agent_id: str, prepared: PreparedRegistration) -> None:
+    """Compare the registration with the published versions before its write, in a worker process
+    (registry.bounded_work), and keep the verdict on `prepared`: the write, inside a transaction
+    shared with other requests, then only checks that nothing changed in between instead of
+    comparing schemas itself."""
+    hashes = await capability_queries.content_hashes(pool, tenant, agent_id)
+    new_skills = [p for p in prepared.skills if (p.skill.id, p.skill.version) not in hashes]
+    if not new_skills:
+        return
+    stored = await capability_queries.version_contracts(pool, tenant, agent_id)
+    existing, new = _compatibility_inputs(stored, prepared, new_skills)
+    breaking = await bounded(incompatibilities, existing, new, what="comparing the new versions with the published ones")
+    prepared.verdict = CompatibilityVerdict(existing, new, breaking)
+
+
 class RegistrationResult(msgspec.Struct):
     created: bool
     published: list[VersionRef]
@@ -302,13 +338,12 @@ async def apply_registration(
         raise ProblemError(409, "version_conflict", "published versions are immutable", errors=conflicts)
     if new_skills:
         stored = await capability_queries.version_contracts(conn, tenant, agent_id)
-        # Comparing schemas is CPU work on registrant input: off the event loop, within a deadline.
-        breaking = await bounded(
-            incompatibilities,
-            [(r["skill_id"], Version.parse(r["version"]), skill_contract(r)) for r in stored],
-            [(prepared.skills.index(p), p.skill.id, p.version, skill_content(p.skill, p.requires_approval)) for p in new_skills],
-            what="comparing the new versions with the published ones",
-        )
+        existing, new = _compatibility_inputs(stored, prepared, new_skills)
+        verdict = prepared.verdict
+        if verdict is not None and verdict.existing == existing and verdict.new == new:
+            breaking = verdict.breaking
+        else:  # published versions changed since `check_compatibility_ahead` (or it did not run)
+            breaking = await bounded(incompatibilities, existing, new, what="comparing the new versions with the published ones")
         if breaking:
             raise ProblemError(
                 409, "incompatible_change",

@@ -239,20 +239,29 @@ def _exponential_validation(levels: int) -> dict:
     return {"type": "object", "$defs": defs, "properties": {"x": {"$ref": "#/$defs/d0"}}}
 
 
-async def _healthz_while(base: str, request) -> tuple[float, float, httpx.Response]:
-    """Run `request` (a coroutine) while polling /healthz: (slowest /healthz, request's time, its response)."""
+async def _healthz_while(base: str, request) -> tuple[list[float], float, httpx.Response]:
+    """Run `request` (a coroutine) while polling /healthz: (each /healthz's time, request's time, its response)."""
     async with httpx.AsyncClient(base_url=base, timeout=30) as client:
         started = time.monotonic()
         task = asyncio.ensure_future(request(client))
-        slowest = 0.0
+        latencies: list[float] = []
         await asyncio.sleep(0.05)
         while not task.done():
             before = time.monotonic()
             assert (await client.get("/healthz")).status_code == 200
-            slowest = max(slowest, time.monotonic() - before)
+            latencies.append(time.monotonic() - before)
             await asyncio.sleep(0.02)
         response = await task
-        return slowest, time.monotonic() - started, response
+        return latencies, time.monotonic() - started, response
+
+
+def _assert_healthz_fast(latencies: list[float]) -> None:
+    """Every /healthz under 100 ms, but one scheduling blip of this shared 2-core machine (an idle
+    server shows one up to ~135 ms at load 11) under 500 ms. A loop held by the work would show
+    one answer as slow as the work (2 s), which this still fails on."""
+    assert len(latencies) >= 10, latencies
+    ordered = sorted(latencies)
+    assert ordered[-2] < 0.1 and ordered[-1] < 0.5, ordered[-5:]
 
 
 async def test_healthz_answers_fast_while_the_slowest_validation_runs(live):
@@ -263,12 +272,12 @@ async def test_healthz_answers_fast_while_the_slowest_validation_runs(live):
     async def slow(client: httpx.AsyncClient) -> httpx.Response:
         return await client.post(path, json={"arguments": {"x": 5}, "mode": "strict"}, headers=reader)
 
-    slowest_health, took, response = await _healthz_while(base, slow)
+    latencies, took, response = await _healthz_while(base, slow)
     assert response.status_code == 200, response.text
     report = response.json()
     assert report["valid"] is False and "longer than" in report["errors"][0]["message"]
     assert took < DEADLINE_SECONDS + 2.0, took
-    assert slowest_health < 0.1, slowest_health
+    _assert_healthz_fast(latencies)
     # The worker that was stopped has been replaced: the next validation answers normally.
     again = _validate(live, "exponential", {"x": "fine"}, mode="strict")
     assert again.json()["valid"] is True
@@ -288,11 +297,11 @@ async def test_healthz_answers_fast_while_the_slowest_registration_is_checked(li
         headers = {**publisher, "Content-Type": "application/json"}
         return await client.put(f"/v1/agents/{tenant}/big-patterns", content=body, headers=headers)
 
-    slowest_health, took, response = await _healthz_while(base, register)
+    latencies, took, response = await _healthz_while(base, register)
     assert response.status_code == 400, response.text
     assert response.json()["code"] == "invalid_request" and "longer than" in response.json()["detail"]
     assert took < DEADLINE_SECONDS + 3.0, took
-    assert slowest_health < 0.1, slowest_health
+    _assert_healthz_fast(latencies)
 
 
 # --- Hypothesis: hostile schemas and arguments for the pure functions ---------------------------
