@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from registry.arguments import MAX_REPAIR_NODES, validate_arguments
-from registry.bounded_work import DEADLINE_SECONDS
+from registry.bounded_work import WALL_SECONDS
 from registry.compatibility import check_compatibility
 from registry.schema_guard import SchemaRejected, compile_schema, schema_problems
 from tests.conftest import capreg
@@ -256,12 +256,13 @@ async def _healthz_while(base: str, request) -> tuple[list[float], float, httpx.
 
 
 def _assert_healthz_fast(latencies: list[float]) -> None:
-    """Every /healthz under 100 ms, but one scheduling blip of this shared 2-core machine (an idle
-    server shows one up to ~135 ms at load 11) under 500 ms. A loop held by the work would show
-    one answer as slow as the work (2 s), which this still fails on."""
+    """/healthz under 100 ms, allowing for the scheduling blips of this shared 2-core machine (an idle
+    server, no work running, shows single answers up to ~135 ms at load 11): 95 % under 100 ms and
+    none over 1 s. A loop held by the work would show one answer as slow as the work itself
+    (2 to 6 s here, 9 s for the ReDoS of old), which this fails on."""
     assert len(latencies) >= 10, latencies
     ordered = sorted(latencies)
-    assert ordered[-2] < 0.1 and ordered[-1] < 0.5, ordered[-5:]
+    assert ordered[int(len(ordered) * 0.95) - 1] < 0.1 and ordered[-1] < 1.0, ordered[-5:]
 
 
 async def test_healthz_answers_fast_while_the_slowest_validation_runs(live):
@@ -275,8 +276,8 @@ async def test_healthz_answers_fast_while_the_slowest_validation_runs(live):
     latencies, took, response = await _healthz_while(base, slow)
     assert response.status_code == 200, response.text
     report = response.json()
-    assert report["valid"] is False and "longer than" in report["errors"][0]["message"]
-    assert took < DEADLINE_SECONDS + 2.0, took
+    assert report["valid"] is False and "took more than" in report["errors"][0]["message"]
+    assert took < WALL_SECONDS + 1.0, took
     _assert_healthz_fast(latencies)
     # The worker that was stopped has been replaced: the next validation answers normally.
     again = _validate(live, "exponential", {"x": "fine"}, mode="strict")
@@ -285,7 +286,7 @@ async def test_healthz_answers_fast_while_the_slowest_validation_runs(live):
 
 async def test_healthz_answers_fast_while_the_slowest_registration_is_checked(live):
     """The costliest schema found for the compiler: as many large Unicode patterns as a 1 MiB body
-    holds (20 ms each, 8,000 of them). It is compiled in a worker process, stopped at the deadline:
+    holds (20 ms of CPU each, 8,000 of them). It is compiled in a worker process, stopped at the deadline:
     a 400 saying so, and /healthz is not held up."""
     base, tenant, publisher, _ = live
     pattern = r"^[\p{L}\p{N}_]{1,64}$"
@@ -299,8 +300,8 @@ async def test_healthz_answers_fast_while_the_slowest_registration_is_checked(li
 
     latencies, took, response = await _healthz_while(base, register)
     assert response.status_code == 400, response.text
-    assert response.json()["code"] == "invalid_request" and "longer than" in response.json()["detail"]
-    assert took < DEADLINE_SECONDS + 3.0, took
+    assert response.json()["code"] == "invalid_request" and "took more than" in response.json()["detail"]
+    assert took < WALL_SECONDS + 2.0, took
     _assert_healthz_fast(latencies)
 
 
