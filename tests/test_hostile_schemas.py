@@ -277,7 +277,7 @@ async def test_healthz_answers_fast_while_the_slowest_validation_runs(live):
     assert response.status_code == 200, response.text
     report = response.json()
     assert report["valid"] is False and "took more than" in report["errors"][0]["message"]
-    assert took < WALL_SECONDS + 1.0, took
+    assert took < WALL_SECONDS + 3.0, took
     _assert_healthz_fast(latencies)
     # The worker that was stopped has been replaced: the next validation answers normally.
     again = _validate(live, "exponential", {"x": "fine"}, mode="strict")
