@@ -51,6 +51,10 @@ class WorkFailed(Exception):
     """The task raised, or its worker died (for example out of memory)."""
 
 
+class _WorkerGone(WorkFailed):
+    """The worker was dead before the task reached it: not the task's fault, so it is retried."""
+
+
 def _serve(fd: int) -> None:
     """A worker's loop (`python -c ...` in a child process): run each (function, args) received on
     the socket `fd` and send back its outcome."""
@@ -131,14 +135,17 @@ class _Worker:
 
     def call(self, function: Callable[..., Any], args: tuple, deadline: float, wall: float) -> Any:
         if not self.ready:
-            if not self.conn.poll(_START_TIMEOUT_SECONDS):
-                raise WorkFailed("worker did not start")
             try:
+                if not self.conn.poll(_START_TIMEOUT_SECONDS):
+                    raise WorkFailed("worker did not start")
                 self.conn.recv()
             except (EOFError, OSError):
-                raise WorkFailed("worker did not start") from None
+                raise _WorkerGone("worker did not start") from None
             self.ready = True
-        self.conn.send((function, args, deadline))
+        try:
+            self.conn.send((function, args, deadline))
+        except OSError:
+            raise _WorkerGone("worker gone") from None
         if not self.conn.poll(wall):
             raise WorkTimedOut(f"took more than {wall:g} s")
         try:
@@ -188,8 +195,19 @@ class BoundedWork:
         self._idle.put(worker)
 
     def _call(self, function: Callable[..., T], args: tuple) -> T:
+        try:
+            return self._call_once(function, args)
+        except _WorkerGone:
+            return self._call_once(function, args)
+
+    def _call_once(self, function: Callable[..., T], args: tuple) -> T:
         self.start()
         worker = self._idle.get()
+        if worker.process.poll() is not None:  # died while idle (killed, out of memory): replace it
+            self._all.discard(worker)
+            worker.kill()
+            worker = _Worker()
+            self._all.add(worker)
         try:
             return worker.call(function, args, self.deadline, self.wall)
         except (WorkTimedOut, WorkFailed, OSError):

@@ -404,3 +404,34 @@ def test_compilation_cannot_fetch_even_what_the_checks_miss(listener, monkeypatc
         except SchemaRejected:
             pass
     assert hits == []
+
+
+# --- The worker pool itself ------------------------------------------------------------------
+
+
+async def test_a_stopped_or_dead_worker_is_replaced_and_fails_only_its_own_task():
+    import os
+    import signal
+
+    from registry.bounded_work import BoundedWork, WorkTimedOut
+
+    pool = BoundedWork(workers=1, deadline=1.0, wall=30.0)
+    try:
+        ok = {"type": "object"}
+        assert (await pool.run(validate_arguments, ok, {"a": 1}, "strict")).valid
+        # CPU time is what bounds a task (RLIMIT_CPU stops it inside Rust code too).
+        with pytest.raises(WorkTimedOut, match="CPU time"):
+            await pool.run(validate_arguments, _exponential_validation(45), {"x": 5}, "strict")
+        assert (await pool.run(validate_arguments, ok, {"a": 2}, "strict")).arguments == {"a": 2}
+        # Wall-clock time bounds a task that waits rather than computes.
+        pool.wall = 0.5
+        with pytest.raises(WorkTimedOut, match="took more than 0.5 s"):
+            await pool.run(time.sleep, 5)
+        pool.wall = 30.0
+        # A worker that died while idle is replaced before the next task, which then succeeds.
+        for worker in list(pool._all):
+            os.kill(worker.process.pid, signal.SIGKILL)
+            worker.process.wait(5)
+        assert (await pool.run(validate_arguments, ok, {"a": 3}, "strict")).arguments == {"a": 3}
+    finally:
+        pool.close()
