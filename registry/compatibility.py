@@ -63,7 +63,7 @@ from urllib.parse import unquote
 
 import msgspec
 
-from registry.records import SIDE_EFFECT_ORDER
+from registry.records import SIDE_EFFECT_ORDER, approval_required
 
 Direction = Literal["input", "output"]
 
@@ -138,8 +138,7 @@ def _side_effect_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list
 
 
 def _requires_approval(skill: Mapping[str, Any]) -> bool:
-    explicit = skill.get("requiresApproval")
-    return explicit if isinstance(explicit, bool) else skill.get("sideEffect") == "destructive"
+    return approval_required(skill.get("sideEffect"), skill.get("requiresApproval"))
 
 
 def _approval_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[BreakingChange]:

@@ -15,7 +15,7 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from registry.tracing import new_trace_id, trace_id_from
+from registry.tracing import new_request_id, new_trace_id, set_request_id, trace_id_from
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -27,6 +27,8 @@ class RequestMetrics:
         # (method, path template, status) -> [count, seconds sum, per-bucket counts]
         self._series: dict[tuple[str, str, str], list] = {}
         self.gauges: list[tuple[str, str, Callable[[], float]]] = []
+        # Requests refused for want of a valid caller token, by reason (registry.service.Registry).
+        self.auth_failures: dict[str, int] = {}
 
     def observe(self, method: str, path: str, status: int, seconds: float) -> None:
         key = (method, path, str(status))
@@ -50,6 +52,12 @@ class RequestMetrics:
             durations.add_metric(list(key), cumulative, total)
         yield requests
         yield durations
+        failures = CounterMetricFamily(
+            "capreg_auth_failures", "requests refused for want of a valid caller token (not audited)", labels=["reason"]
+        )
+        for reason, count in sorted(self.auth_failures.items()):
+            failures.add_metric([reason], count)
+        yield failures
         for name, help_text, read in self.gauges:
             yield GaugeMetricFamily(name, help_text, value=read())
 
@@ -70,7 +78,10 @@ def observability_middleware(metrics: RequestMetrics) -> Callable[[ASGIApp], ASG
             started = time.perf_counter()
             traceparent = next((v for k, v in scope["headers"] if k == b"traceparent"), None)
             trace_id = (trace_id_from(traceparent.decode("latin-1")) if traceparent else None) or new_trace_id()
-            scope.setdefault("state", {})["trace_id"] = trace_id
+            request_id = new_request_id()
+            state = scope.setdefault("state", {})
+            state["trace_id"], state["request_id"] = trace_id, request_id
+            set_request_id(request_id)
             status = 500
 
             async def send_with_trace(message: Message) -> None:
@@ -80,6 +91,7 @@ def observability_middleware(metrics: RequestMetrics) -> Callable[[ASGIApp], ASG
                     headers = list(message.get("headers") or [])
                     if not any(name.lower() == b"x-trace-id" for name, _ in headers):  # problem responses set it
                         headers.append((b"x-trace-id", trace_id.encode()))
+                    headers.append((b"x-request-id", request_id.encode()))
                     message["headers"] = headers
                 await send(message)
 

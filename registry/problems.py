@@ -122,24 +122,45 @@ def _trace_id(request: Request) -> str:
     return state["trace_id"]
 
 
-def problem_response(request: Request, error: ProblemError) -> Response:
-    problem = Problem(
+def problem_of(error: ProblemError, trace_id: str | None) -> Problem:
+    """The problem body of an error: HTTP answers carry it, and so do MCP tool refusals."""
+    return Problem(
         type=f"https://capreg.dev/problems/{error.code}",
         title=TITLES.get(error.status, "Error"),
         status=error.status,
         detail=error.detail,
         code=error.code,
-        trace_id=_trace_id(request),
+        trace_id=trace_id,
         errors=error.errors,
         missing_scopes=error.missing_scopes,
         reason=error.reason,
     )
+
+
+def problem_response(request: Request, error: ProblemError) -> Response:
+    problem = problem_of(error, _trace_id(request))
     return Response(
         content=msgspec.json.encode(problem),
         status_code=error.status,
         media_type=PROBLEM_MEDIA_TYPE,
         headers={**error.headers, "X-Trace-Id": problem.trace_id},
     )
+
+
+async def send_problem(scope, send, error: ProblemError) -> None:
+    """Answer from ASGI middleware (before routing) with the same problem shape handlers use."""
+    state = scope.setdefault("state", {})
+    trace_id = state.get("trace_id") or new_trace_id()
+    body = msgspec.json.encode(Problem(
+        type=f"https://capreg.dev/problems/{error.code}", title=TITLES.get(error.status, "Error"),
+        status=error.status, detail=error.detail, code=error.code, trace_id=trace_id, errors=error.errors,
+        missing_scopes=error.missing_scopes, reason=error.reason,
+    ))
+    headers = [(b"content-type", PROBLEM_MEDIA_TYPE.encode()), (b"content-length", str(len(body)).encode()),
+               (b"x-trace-id", trace_id.encode())]
+    headers += [(name.lower().encode(), value.encode()) for name, value in error.headers.items()]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _from_http_exception(exc: HTTPException) -> ProblemError:

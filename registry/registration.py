@@ -20,10 +20,10 @@ from registry.audit import AuditEvent
 from registry.bounded_work import WorkFailed, WorkTimedOut, run_bounded
 from registry.cards import a2a_card_dict, normalize_registration
 from registry.problems import ErrorItem, ProblemError, invalid_request
-from registry.records import SIDE_EFFECT_ORDER, AgentRegistration, SkillRegistration
+from registry.records import SIDE_EFFECT_ORDER, AgentRegistration, SkillRegistration, approval_required
 from registry.compatibility import BreakingChange, check_compatibility
 from registry.schema_guard import SchemaRejected, compile_schema
-from registry.versions import InvalidVersion, Version
+from registry.versions import InvalidVersion, Version, publish_verdict
 from registry.wire import Wire
 
 _encoder = msgspec.json.Encoder(order="sorted")
@@ -79,10 +79,10 @@ def schema_errors(schema: Any, path: str, *, must_be_object: bool) -> list[Error
     return []
 
 
-def skill_content(skill: SkillRegistration, requires_approval: bool) -> dict:
+def skill_content(skill: SkillRegistration) -> dict:
     """The published content of a capability version, the thing that must never change."""
     content = msgspec.to_builtins(skill)
-    content["requiresApproval"] = requires_approval
+    content["requiresApproval"] = approval_required(skill.side_effect, skill.requires_approval)
     return content
 
 
@@ -120,9 +120,14 @@ def checked_schemas(schemas: list[tuple[Any, str, bool]]) -> list[ErrorItem]:
     return [error for schema, path, must_be_object in schemas for error in schema_errors(schema, path, must_be_object=must_be_object)]
 
 
-def breaking_changes(old: dict, new: dict) -> list[BreakingChange]:
-    """`check_compatibility`, as a module-level function a worker process can run."""
-    return check_compatibility(old, new)
+def compatibility_report(
+    old: Version, new: Version, old_contract: dict, new_contract: dict
+) -> tuple[list[BreakingChange], list[BreakingChange]]:
+    """For `POST /v1/compatibility`, in one worker call: every breaking change from `old_contract` to
+    `new_contract`, and those that would refuse publishing `new` after `old` (`publish_verdict`)."""
+    found = check_compatibility(old_contract, new_contract)
+    refusing = [change for _, _, change in publish_verdict(new, new_contract, [(old, old_contract)])]
+    return found, refusing
 
 
 def prepare_registration_now(registration: AgentRegistration) -> PreparedRegistration:
@@ -146,10 +151,8 @@ def prepare_registration_now(registration: AgentRegistration) -> PreparedRegistr
         seen.add(key)
         errors += schema_errors(skill.input_schema, f"{base}/inputSchema", must_be_object=True)
         errors += schema_errors(skill.output_schema, f"{base}/outputSchema", must_be_object=False)
-        requires_approval = (
-            skill.requires_approval if skill.requires_approval is not None else skill.side_effect == "destructive"
-        )
-        prepared.append(PreparedSkill(skill, version, requires_approval, _hash(skill_content(skill, requires_approval))))
+        content = skill_content(skill)
+        prepared.append(PreparedSkill(skill, version, content["requiresApproval"], _hash(content)))
     if errors:
         raise invalid_request("the registration is invalid", errors)
     card = a2a_card_dict(registration)
@@ -204,34 +207,22 @@ def skill_contract(row: Any) -> dict[str, Any]:
 def incompatibilities(
     existing: list[tuple[str, Version, dict]], new: list[tuple[int, str, Version, dict]]
 ) -> list[ErrorItem]:
-    """Breaking changes that new versions would publish without a major bump.
+    """Breaking changes that new versions would publish without a major bump, by `publish_verdict`.
 
     `existing`: (skill id, version, contract) of stored, non-retired versions; `new`: (index in the
-    body, skill id, version, contract). Each new release is compared with the highest lower release
-    of its major line (stored, or published earlier in the same request), and the next higher one
-    already stored must in turn stay compatible with it. Pre-releases promise nothing and are
-    neither checked nor used as a baseline.
+    body, skill id, version, contract). Versions published earlier in the same request count as
+    published for the ones after them.
     """
-    known = [(skill_id, version, contract) for skill_id, version, contract in existing if not version.is_prerelease]
+    known = list(existing)
     errors: list[ErrorItem] = []
     for index, skill_id, version, contract in sorted(new, key=lambda item: (item[1], item[2])):
-        if version.is_prerelease:
-            continue
-        line = [(v, c) for s, v, c in known if s == skill_id and v.major == version.major]
-        lower = max(((v, c) for v, c in line if v < version), default=None, key=lambda vc: vc[0])
-        higher = min(((v, c) for v, c in line if v > version), default=None, key=lambda vc: vc[0])
-        if lower is not None:
-            for change in check_compatibility(lower[1], contract):
-                errors.append(ErrorItem(
-                    path=f"/skills/{index}{change.path}", kind=change.kind,
-                    message=f"{change.message} (compared with {skill_id}@{lower[0]}; breaking changes need a new major version)",
-                ))
-        if higher is not None:
-            for change in check_compatibility(contract, higher[1]):
-                errors.append(ErrorItem(
-                    path=f"/skills/{index}{change.path}", kind=change.kind,
-                    message=f"{skill_id}@{higher[0]} is already published and would break callers of {version}: {change.message}",
-                ))
+        line = [(v, c) for s, v, c in known if s == skill_id]
+        for neighbour, above, change in publish_verdict(version, contract, line):
+            if above:
+                message = f"{skill_id}@{neighbour} is already published and would break callers of {version}: {change.message}"
+            else:
+                message = f"{change.message} (compared with {skill_id}@{neighbour}; breaking changes need a new major version)"
+            errors.append(ErrorItem(path=f"/skills/{index}{change.path}", kind=change.kind, message=message))
         known.append((skill_id, version, contract))
     return errors
 
@@ -244,7 +235,7 @@ def _compatibility_inputs(
         ((r["skill_id"], Version.parse(r["version"]), skill_contract(r)) for r in stored),
         key=lambda item: (item[0], item[1].sort_key()),
     )
-    new = [(prepared.skills.index(p), p.skill.id, p.version, skill_content(p.skill, p.requires_approval)) for p in new_skills]
+    new = [(prepared.skills.index(p), p.skill.id, p.version, skill_content(p.skill)) for p in new_skills]
     return existing, new
 
 
@@ -277,6 +268,7 @@ async def apply_registration(
     prepared: PreparedRegistration,
     *,
     trace_id: str | None,
+    request_id: str | None = None,
 ) -> RegistrationResult:
     """Write a prepared registration as one write of a group commit (db.group_commit): raises
     ProblemError on a conflict, and its savepoint rolls back with nothing applied."""
@@ -297,7 +289,7 @@ async def apply_registration(
     def event(type_: str, ref: str, scopes: list[str] | None = None) -> AuditEvent:
         return AuditEvent(
             type=type_, outcome="allowed", tenant=tenant, actor_tenant=caller.tenant, actor=caller.sub,
-            ref=ref, scopes=scopes or [], trace_id=trace_id,
+            actor_issuer=caller.issuer, ref=ref, scopes=scopes or [], trace_id=trace_id, request_id=request_id,
         )
 
     await agent_queries.lock_agent(conn, tenant, agent_id)

@@ -25,6 +25,7 @@ import msgspec
 
 from auth.policy import Decision
 from auth.principal import Caller
+from registry.tracing import current_request_id
 from registry.audit import AuditEvent
 from registry.cards import CAPREG_EXTENSION_URI, public_agent_card
 from registry.problems import ProblemError
@@ -214,8 +215,10 @@ def release_event(
         tenant=tenant,
         actor_tenant=caller.tenant,
         actor=caller.sub,
+        actor_issuer=caller.issuer,
         ref=ref,
         scopes=list(scopes),
         reason=decision.code,
         trace_id=trace_id,
+        request_id=current_request_id(),
     )
