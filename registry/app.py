@@ -22,6 +22,7 @@ from registry.problems import handle_exception
 from registry.routes import agents, audit, console, details, discovery, lifecycle, mcp, ops, tickets
 from registry.service import ChangeWatcher, Registry
 from registry.observability import RequestMetrics, observability_middleware
+from registry.bounded_work import bounded_work
 from registry.housekeeping import run_housekeeping
 from registry.rate_limit import TokenBuckets, rate_limit_middleware
 from registry.request_guard import unstorable_guard
@@ -45,6 +46,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             registry = Registry(settings, pool, keyring, watcher)
             app.state.registry = registry
             registry.writes.start()
+            bounded_work().start()  # registrant schema work's processes, warmed before the first request
             metrics.gauges = [
                 ("capreg_db_pool_size", "connections open in the pool", pool.get_size),
                 ("capreg_db_pool_idle", "idle connections in the pool", pool.get_idle_size),

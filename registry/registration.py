@@ -1,14 +1,15 @@
 """Registration: turning a PUT body into immutable capability versions, in one transaction.
 
-`prepare_registration` is pure (parse, normalize, validate, hash); `apply_registration` writes it.
+`prepare_registration_now` is pure (parse, normalize, validate, hash) and `prepare_registration` runs
+it in a worker process (registry.bounded_work); `apply_registration` writes it.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-import jsonschema_rs
 import msgspec
 
 from auth.principal import Caller
@@ -16,15 +17,17 @@ from db import agents as agent_queries
 from db import capabilities as capability_queries
 from db.group_commit import WriteScope
 from registry.audit import AuditEvent
+from registry.bounded_work import WorkFailed, WorkTimedOut, run_bounded
 from registry.cards import a2a_card_dict, normalize_registration
 from registry.problems import ErrorItem, ProblemError, invalid_request
 from registry.records import SIDE_EFFECT_ORDER, AgentRegistration, SkillRegistration, approval_required
+from registry.compatibility import BreakingChange, check_compatibility
+from registry.schema_guard import SchemaRejected, compile_schema
 from registry.versions import InvalidVersion, Version, publish_verdict
 from registry.wire import Wire
 
-_SCHEMA_2020_12 = {"https://json-schema.org/draft/2020-12/schema", "https://json-schema.org/draft/2020-12/schema#"}
-_MAX_SCHEMA_DEPTH = 64
 _encoder = msgspec.json.Encoder(order="sorted")
+T = TypeVar("T")
 
 
 class VersionRef(Wire):
@@ -39,67 +42,38 @@ class PreparedSkill(msgspec.Struct):
     content_hash: str
 
 
+class CompatibilityVerdict(msgspec.Struct):
+    """`incompatibilities(existing, new)` computed before the write, with the inputs it was computed on."""
+
+    existing: list
+    new: list
+    breaking: list[ErrorItem]
+
+
 class PreparedRegistration(msgspec.Struct):
     registration: AgentRegistration
     card: dict
     card_hash: str
     skills: list[PreparedSkill]
+    verdict: CompatibilityVerdict | None = None
 
 
 def _hash(value: Any) -> str:
     return hashlib.sha256(_encoder.encode(value)).hexdigest()
 
 
-def _depth(value: Any, limit: int) -> int:
-    """Nesting depth, iteratively (a hostile schema must not hit the recursion limit)."""
-    stack, deepest = [(value, 1)], 0
-    while stack:
-        node, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if deepest > limit:
-            return deepest
-        if isinstance(node, dict):
-            stack.extend((child, depth + 1) for child in node.values())
-        elif isinstance(node, list):
-            stack.extend((child, depth + 1) for child in node)
-    return deepest
-
-
-def _non_local_refs(value: Any) -> list[str]:
-    found, stack = [], [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            for key, child in node.items():
-                if key in ("$ref", "$dynamicRef") and isinstance(child, str) and not child.startswith("#"):
-                    found.append(child)
-                stack.append(child)
-        elif isinstance(node, list):
-            stack.extend(node)
-    return found
-
-
 def schema_errors(schema: Any, path: str, *, must_be_object: bool) -> list[ErrorItem]:
-    """Why `schema` is not an acceptable JSON Schema 2020-12 document (empty when it is)."""
+    """Why `schema` is not an acceptable JSON Schema 2020-12 document (empty when it is).
+
+    Checked and compiled by registry.schema_guard, the one place a registrant's schema is compiled:
+    nothing it says can make capreg fetch a URL or a file, and its patterns must be linear-time.
+    """
     if not isinstance(schema, dict):
         return [ErrorItem(path=path, message="a schema must be a JSON object")]
-    if _depth(schema, _MAX_SCHEMA_DEPTH) > _MAX_SCHEMA_DEPTH:
-        return [ErrorItem(path=path, message=f"schema nests deeper than {_MAX_SCHEMA_DEPTH} levels")]
-    declared = schema.get("$schema")
-    if declared is not None and declared not in _SCHEMA_2020_12:
-        return [ErrorItem(path=path + "/$schema", message="only JSON Schema 2020-12 is accepted")]
-    # Remote references would make capreg fetch URLs chosen by the registrant.
-    remote = _non_local_refs(schema)
-    if remote:
-        return [ErrorItem(path=path, message=f"only local $ref (#...) is allowed, found {remote[0]!r}")]
     try:
-        jsonschema_rs.meta.validate({**schema, "$schema": "https://json-schema.org/draft/2020-12/schema"})
-        jsonschema_rs.Draft202012Validator(schema)
-    except jsonschema_rs.ValidationError as exc:
-        pointer = "".join(f"/{p}" for p in exc.instance_path)
-        return [ErrorItem(path=path + pointer, message=f"not a valid JSON Schema 2020-12: {exc.message}")]
-    except Exception as exc:  # jsonschema-rs raises ValueError/ReferencingError for uncompilable schemas
-        return [ErrorItem(path=path, message=f"schema cannot be compiled: {exc}")]
+        compile_schema(schema)
+    except SchemaRejected as rejected:
+        return [ErrorItem(path=path + e.path, message=e.message) for e in rejected.errors]
     if must_be_object and schema.get("type") != "object":
         return [ErrorItem(path=path + "/type", message='inputSchema must describe an object ("type": "object")')]
     return []
@@ -112,7 +86,52 @@ def skill_content(skill: SkillRegistration) -> dict:
     return content
 
 
-def prepare_registration(registration: AgentRegistration) -> PreparedRegistration:
+async def prepare_registration(registration: AgentRegistration) -> PreparedRegistration:
+    """`prepare_registration_now` in a worker process (registry.bounded_work): schema compilation
+    runs off the event loop, within a deadline (past it: 400 `invalid_request`)."""
+    outcome = await bounded(prepare_registration_outcome, registration, what="checking the registration")
+    if isinstance(outcome, PreparedRegistration):
+        return outcome
+    detail, errors = outcome
+    raise invalid_request(detail, errors)
+
+
+def prepare_registration_outcome(registration: AgentRegistration) -> PreparedRegistration | tuple[str, list[ErrorItem]]:
+    """`prepare_registration_now`, its refusal returned rather than raised (to cross a process boundary)."""
+    try:
+        return prepare_registration_now(registration)
+    except ProblemError as error:
+        return error.detail, list(error.errors or [])
+
+
+async def bounded(function: Callable[..., T], *args: Any, what: str) -> T:
+    """`function(*args)` in a worker process (registry.bounded_work); past the deadline, or if the
+    worker dies, 400 `invalid_request` saying what took too long."""
+    try:
+        return await run_bounded(function, *args)
+    except WorkTimedOut as error:
+        raise invalid_request(f"{what} {error}", [ErrorItem(path="", message=f"{what} {error}; simplify the schemas")]) from None
+    except WorkFailed as error:
+        raise invalid_request(f"{what} failed", [ErrorItem(path="", message=f"{what} failed: {error}")]) from None
+
+
+def checked_schemas(schemas: list[tuple[Any, str, bool]]) -> list[ErrorItem]:
+    """`schema_errors` for each (schema, path, must_be_object)."""
+    return [error for schema, path, must_be_object in schemas for error in schema_errors(schema, path, must_be_object=must_be_object)]
+
+
+def compatibility_report(
+    old: Version, new: Version, old_contract: dict, new_contract: dict
+) -> tuple[list[BreakingChange], list[BreakingChange]]:
+    """For `POST /v1/compatibility`, in one worker call: every breaking change from `old_contract` to
+    `new_contract`, and those that would refuse publishing `new` after `old` (`publish_verdict`)."""
+    found = check_compatibility(old_contract, new_contract)
+    refusing = [change for _, _, change in publish_verdict(new, new_contract, [(old, old_contract)])]
+    return found, refusing
+
+
+def prepare_registration_now(registration: AgentRegistration) -> PreparedRegistration:
+    """Parse, normalize, validate (schemas compiled) and hash a registration; ProblemError if invalid."""
     registration = normalize_registration(registration)
     errors: list[ErrorItem] = []
     if not registration.skills:
@@ -208,6 +227,33 @@ def incompatibilities(
     return errors
 
 
+def _compatibility_inputs(
+    stored: list[Any], prepared: PreparedRegistration, new_skills: list[PreparedSkill]
+) -> tuple[list, list]:
+    """`incompatibilities`' arguments, in a stable order (so two reads of the same state compare equal)."""
+    existing = sorted(
+        ((r["skill_id"], Version.parse(r["version"]), skill_contract(r)) for r in stored),
+        key=lambda item: (item[0], item[1].sort_key()),
+    )
+    new = [(prepared.skills.index(p), p.skill.id, p.version, skill_content(p.skill)) for p in new_skills]
+    return existing, new
+
+
+async def check_compatibility_ahead(pool: Any, tenant: str, agent_id: str, prepared: PreparedRegistration) -> None:
+    """Compare the registration with the published versions before its write, in a worker process
+    (registry.bounded_work), and keep the verdict on `prepared`: the write, inside a transaction
+    shared with other requests, then only checks that nothing changed in between instead of
+    comparing schemas itself."""
+    hashes = await capability_queries.content_hashes(pool, tenant, agent_id)
+    new_skills = [p for p in prepared.skills if (p.skill.id, p.skill.version) not in hashes]
+    if not new_skills:
+        return
+    stored = await capability_queries.version_contracts(pool, tenant, agent_id)
+    existing, new = _compatibility_inputs(stored, prepared, new_skills)
+    breaking = await bounded(incompatibilities, existing, new, what="comparing the new versions with the published ones")
+    prepared.verdict = CompatibilityVerdict(existing, new, breaking)
+
+
 class RegistrationResult(msgspec.Struct):
     created: bool
     published: list[VersionRef]
@@ -284,10 +330,12 @@ async def apply_registration(
         raise ProblemError(409, "version_conflict", "published versions are immutable", errors=conflicts)
     if new_skills:
         stored = await capability_queries.version_contracts(conn, tenant, agent_id)
-        breaking = incompatibilities(
-            [(r["skill_id"], Version.parse(r["version"]), skill_contract(r)) for r in stored],
-            [(prepared.skills.index(p), p.skill.id, p.version, skill_content(p.skill)) for p in new_skills],
-        )
+        existing, new = _compatibility_inputs(stored, prepared, new_skills)
+        verdict = prepared.verdict
+        if verdict is not None and verdict.existing == existing and verdict.new == new:
+            breaking = verdict.breaking
+        else:  # published versions changed since `check_compatibility_ahead` (or it did not run)
+            breaking = await bounded(incompatibilities, existing, new, what="comparing the new versions with the published ones")
         if breaking:
             raise ProblemError(
                 409, "incompatible_change",

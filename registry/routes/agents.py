@@ -19,7 +19,7 @@ from registry.cards import public_agent_card
 from registry.discovery import AgentView, agent_view, capability_version, public_capability
 from registry.problems import ProblemError, insufficient_scope, not_found, problem_responses, tenant_mismatch
 from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN, AgentRegistration, PublicCapability
-from registry.registration import VersionRef, apply_registration, prepare_registration
+from registry.registration import VersionRef, apply_registration, check_compatibility_ahead, prepare_registration
 from registry.response_cache import CachedResponse, etag_of, expiry
 from registry.request_guard import body_schema, read_body
 from registry.service import registry_of, trace_id_of
@@ -92,7 +92,8 @@ async def register_agent(
         raise await refused(insufficient_scope("registry:publish"), "agent.registered")
     if caller.tenant != tenant:
         raise await refused(tenant_mismatch(), "agent.registered")
-    prepared = prepare_registration(data)
+    prepared = await prepare_registration(data)
+    await check_compatibility_ahead(registry.pool, tenant, agent_id, prepared)
     trace_id, request_id = trace_id_of(request), current_request_id()  # the write runs in another task
     try:
         result = await registry.writes.run(

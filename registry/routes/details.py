@@ -17,7 +17,7 @@ from auth.policy import NOT_FOUND, CapabilityGate, can_see, decide_release
 from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
-from registry.arguments import Mode, ValidationReport, validate_arguments
+from registry.arguments import Mode, ValidationReport, validate_arguments_bounded
 from registry.cards import extended_agent_card
 from registry.discovery import capability_version
 from registry.problems import not_found, problem_responses
@@ -160,7 +160,7 @@ async def validate_capability_arguments(
     await registry_of(request).require_caller(request)  # 401 before the body is looked at
     data = await read_body(request, ValidateRequest)
     _, _, released = await release(request, tenant, agent_id, skill_id, version)
-    return validate_arguments(released.cap.input_schema, data.arguments, data.mode)
+    return await validate_arguments_bounded(released.cap.input_schema, data.arguments, data.mode)
 
 
 ROUTES = [get_capability_detail, get_extended_agent_card, get_capability_tool, validate_capability_arguments]

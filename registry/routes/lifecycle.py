@@ -15,17 +15,16 @@ from db import agents as agent_queries
 from db import capabilities as capability_queries
 from db.group_commit import WriteScope
 from registry.audit import AuditEvent
-from registry.compatibility import check_compatibility
 from registry.discovery import capability_ref, public_capability
 from registry.problems import (
     ErrorItem, ProblemError, insufficient_scope, invalid_request, not_found, problem_responses, tenant_mismatch,
 )
 from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN, PublicCapability, SkillRegistration
-from registry.registration import schema_errors, skill_content
+from registry.registration import bounded, checked_schemas, compatibility_report, skill_content
 from registry.request_guard import body_schema, read_body
 from registry.service import registry_of, trace_id_of
 from registry.tracing import current_request_id
-from registry.versions import InvalidVersion, Version, publish_verdict
+from registry.versions import InvalidVersion, Version
 from registry.wire import Wire
 
 TenantPath = Annotated[str, PathParameter(pattern=TENANT_PATTERN)]
@@ -161,24 +160,25 @@ async def compatibility(request: Request) -> CompatibilityReport:
             versions[side] = Version.parse(skill.version)
         except InvalidVersion as exc:
             problems.append(ErrorItem(path=f"/{side}/version", message=f"not a semantic version (2.0): {exc}"))
-        problems += schema_errors(skill.input_schema, f"/{side}/inputSchema", must_be_object=True)
-        problems += schema_errors(skill.output_schema, f"/{side}/outputSchema", must_be_object=False)
+    # Schemas are compiled and compared off the event loop, within a deadline (registry.bounded_work).
+    problems += await bounded(checked_schemas, [
+        (schema, f"/{side}/{key}", key == "inputSchema")
+        for side in ("old", "new")
+        for key, schema in (("inputSchema", getattr(data, side).input_schema), ("outputSchema", getattr(data, side).output_schema))
+    ], what="checking the schemas")
     if problems:
         raise invalid_request("both skills must be valid registrations", problems)
 
     old, new = versions["old"], versions["new"]
     if new <= old:
         raise invalid_request("new must be a higher version than old", [ErrorItem(path="/new/version", message=f"{new} is not above {old}")])
-    old_contract, new_contract = skill_content(data.old), skill_content(data.new)
-    found = [
-        ErrorItem(path=change.path, kind=change.kind, message=change.message)
-        for change in check_compatibility(old_contract, new_contract)
-    ]
-    # The verdict publishing would give (one definition: `publish_verdict`), not a second opinion.
-    refusing = [
-        ErrorItem(path=change.path, kind=change.kind, message=change.message)
-        for _, _, change in publish_verdict(new, new_contract, [(old, old_contract)])
-    ]
+    # The verdict publishing would give (one definition: `publish_verdict`), not a second opinion;
+    # computed off the event loop, within a deadline.
+    found_changes, refusing_changes = await bounded(
+        compatibility_report, old, new, skill_content(data.old), skill_content(data.new), what="comparing the skills"
+    )
+    found = [ErrorItem(path=c.path, kind=c.kind, message=c.message) for c in found_changes]
+    refusing = [ErrorItem(path=c.path, kind=c.kind, message=c.message) for c in refusing_changes]
     return CompatibilityReport(compatible=not refusing, errors=refusing, breaking_changes=found)
 
 ROUTES = [deprecate, retire, compatibility]
