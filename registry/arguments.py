@@ -20,7 +20,8 @@ import jsonschema_rs
 import msgspec
 
 from registry.bounded_work import WorkFailed, WorkTimedOut, run_bounded
-from registry.schema_guard import SchemaRejected, cached_validator, canonical_schema, escape_pointer, pattern_matches
+from registry.json_pointer import escape_token, unescape_token
+from registry.schema_guard import SchemaRejected, cached_validator, canonical_schema, pattern_matches
 from registry.wire import Wire
 
 MAX_TEXT_BYTES = 1024 * 1024
@@ -267,13 +268,13 @@ class _Repair:
                 if name not in properties and not any(pattern_matches(p, name) for p in patterns):
                     del instance[name]
                     message = f"unknown property {name!r} dropped"
-                    self.warnings.append(Issue(path=f"{pointer}/{escape_pointer(name)}", message=message))
+                    self.warnings.append(Issue(path=f"{pointer}/{escape_token(name)}", message=message))
 
         for name, declared in properties.items():
             subschema = _resolved(declared, self.root)
             if not isinstance(subschema, dict):
                 continue
-            at = f"{pointer}/{escape_pointer(name)}"
+            at = f"{pointer}/{escape_token(name)}"
             # A `default` beside a `$ref` annotates the property itself and wins over the target's.
             holder = declared if isinstance(declared, dict) and "default" in declared else subschema
             if name not in instance and "default" in holder:
@@ -309,7 +310,7 @@ def _resolved(schema: Any, root: dict[str, Any]) -> Any:
             return schema
         target: Any = root
         for token in (t for t in ref[1:].split("/") if t):
-            token = token.replace("~1", "/").replace("~0", "~")
+            token = unescape_token(token)
             if isinstance(target, list) and token.isdigit() and int(token) < len(target):
                 target = target[int(token)]
             elif isinstance(target, dict) and token in target:
@@ -326,13 +327,13 @@ def _issues(error: jsonschema_rs.ValidationError) -> list[Issue]:
     A missing required property and an unexpected property are reported at that property's
     pointer rather than at the enclosing object, so that clients can show them in place.
     """
-    pointer = "".join(f"/{escape_pointer(str(token))}" for token in error.instance_path)
+    pointer = "".join(f"/{escape_token(str(token))}" for token in error.instance_path)
     kind = error.kind
     if isinstance(kind, jsonschema_rs.ValidationErrorKind.Required):
-        return [Issue(path=f"{pointer}/{escape_pointer(str(kind.property))}", message=error.message)]
+        return [Issue(path=f"{pointer}/{escape_token(str(kind.property))}", message=error.message)]
     if isinstance(kind, jsonschema_rs.ValidationErrorKind.AdditionalProperties):
         return [
-            Issue(path=f"{pointer}/{escape_pointer(name)}", message=f"property {name!r} is not allowed")
+            Issue(path=f"{pointer}/{escape_token(name)}", message=f"property {name!r} is not allowed")
             for name in kind.unexpected
         ]
     return [Issue(path=pointer, message=error.message)]

@@ -63,6 +63,7 @@ from urllib.parse import unquote
 
 import msgspec
 
+from registry.json_pointer import escape_token, unescape_token
 from registry.records import SIDE_EFFECT_ORDER, approval_required
 
 Direction = Literal["input", "output"]
@@ -295,7 +296,7 @@ def _resolve_pointer(root: Any, ref: Any) -> tuple[Any, str | None]:
         return None, f"anchor reference {ref!r} cannot be compared"
     node = root
     for token in fragment[1:].split("/"):
-        token = token.replace("~1", "/").replace("~0", "~")
+        token = unescape_token(token)
         if isinstance(node, Mapping) and token in node:
             node = node[token]
         elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
@@ -1029,7 +1030,7 @@ class _SchemaComparison:
                     dropped.add(name)
                     findings.append(
                         (
-                            f"{path}/properties/{_escape(name)}",
+                            f"{path}/properties/{escape_token(name)}",
                             "dropped_property",
                             f"output property {name!r} was removed",
                         )
@@ -1037,7 +1038,7 @@ class _SchemaComparison:
                     continue
                 if not narrow_schemas and not patterned:
                     continue  # input: a new optional property (see the module docstring)
-            findings += self.covers(schema, narrow_schemas, f"{path}/properties/{_escape(name)}", depth + 1)
+            findings += self.covers(schema, narrow_schemas, f"{path}/properties/{escape_token(name)}", depth + 1)
 
         narrow_required = {
             r for n in narrow if isinstance(n.get("required"), list) for r in n["required"] if isinstance(r, str)
@@ -1050,7 +1051,7 @@ class _SchemaComparison:
                 continue  # a default fills it in (contract: "new required property without a default")
             findings.append(
                 (
-                    f"{path}/properties/{_escape(name)}",
+                    f"{path}/properties/{escape_token(name)}",
                     "required",
                     self._say(
                         f"property {name!r} is now required and has no default",
@@ -1101,7 +1102,7 @@ class _SchemaComparison:
                 for n in narrow
                 if isinstance(n.get("properties"), Mapping) and name in n["properties"]
             ]
-            at = f"{path}/properties/{_escape(name)}"
+            at = f"{path}/properties/{escape_token(name)}"
             sub = self.covers(wide_additional, schemas, at, depth + 1)
             if not sub:
                 continue
@@ -1178,10 +1179,6 @@ class _SchemaComparison:
                     (f"{path}/{keyword}", "undecidable", f"{keyword} in a changed schema cannot be compared")
                 )
         return findings
-
-
-def _escape(name: str) -> str:
-    return name.replace("~", "~0").replace("/", "~1")
 
 
 def _tightest(narrow: list[Mapping[str, Any]], inclusive: str, exclusive: str, pick: Any) -> tuple[float, bool] | None:

@@ -15,6 +15,7 @@ import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
+from registry.json_pointer import escape_token
 from registry.tracing import new_trace_id, trace_id_from
 from registry.wire import Wire
 
@@ -104,7 +105,7 @@ def json_pointer(key: str) -> str:
     """litestar/msgspec key paths (`skills[0].id`, `$.a.b`) as JSON pointers (`/skills/0/id`)."""
     key = key.removeprefix("$")
     parts = [index or name for index, name in _KEY_PART.findall(key)]
-    return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts)
+    return "".join("/" + escape_token(p) for p in parts)
 
 
 def decode_error_item(exc: msgspec.ValidationError | msgspec.DecodeError) -> ErrorItem:

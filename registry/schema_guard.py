@@ -28,6 +28,7 @@ from typing import Any
 import jsonschema_rs
 import msgspec
 
+from registry.json_pointer import escape_token
 from registry.problems import ErrorItem
 
 SCHEMA_2020_12 = "https://json-schema.org/draft/2020-12/schema"
@@ -54,11 +55,6 @@ class SchemaRejected(ValueError):
 
     def __reduce__(self):  # picklable across registry.bounded_work's process boundary
         return (SchemaRejected, (self.errors,))
-
-
-def escape_pointer(token: str) -> str:
-    """A JSON pointer reference token (RFC 6901)."""
-    return token.replace("~", "~0").replace("/", "~1")
 
 
 def _has_scheme(uri: str) -> bool:
@@ -92,7 +88,7 @@ def schema_problems(schema: Any, path: str = "") -> list[ErrorItem]:
             if role == _SCHEMA:
                 problems += _keyword_problems(node, pointer)
             for key, child in node.items():
-                at = f"{pointer}/{escape_pointer(key)}"
+                at = f"{pointer}/{escape_token(key)}"
                 if role == _SCHEMA and key in _SCHEMA_MAPS and isinstance(child, dict):
                     child_role = _MAP
                 elif role == _VALUE or (role == _SCHEMA and key in _DATA):
@@ -119,7 +115,7 @@ def _keyword_problems(schema: dict[str, Any], pointer: str) -> list[ErrorItem]:
         reference = schema.get(keyword)
         if isinstance(reference, str) and not reference.startswith("#"):
             found.append(ErrorItem(
-                path=f"{pointer}/{escape_pointer(keyword)}",
+                path=f"{pointer}/{escape_token(keyword)}",
                 message=f"only local references (#...) are allowed; capreg never fetches {reference[:200]!r}",
             ))
     identifier = schema.get("$id")
@@ -162,7 +158,7 @@ def compile_schema(schema: Any) -> jsonschema_rs.Draft202012Validator:
             pattern_options=jsonschema_rs.RegexOptions(),
         )
     except jsonschema_rs.ValidationError as exc:
-        pointer = "".join(f"/{escape_pointer(str(p))}" for p in exc.instance_path)
+        pointer = "".join(f"/{escape_token(str(p))}" for p in exc.instance_path)
         raise SchemaRejected(
             [ErrorItem(path=pointer, message=f"not a valid JSON Schema 2020-12: {_regex_hint(exc.message)}")]
         ) from None

@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from registry.json_pointer import escape_token
+
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
@@ -24,7 +26,7 @@ def escaped(text: str) -> str:
 
 
 def _pointer_part(key: object) -> str:
-    return "/" + escaped(str(key)).replace("~", "~0").replace("/", "~1")
+    return "/" + escape_token(escaped(str(key)))
 
 
 def unstorable_pointer(value: Any, at: str = "") -> str | None:
