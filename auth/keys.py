@@ -59,12 +59,6 @@ class Keyring:
             claims, self._signing_key, algorithm="EdDSA", headers={"kid": self.signing_kid, "typ": typ}
         )
 
-    def sign_bytes(self, payload: bytes) -> str:
-        """A detached EdDSA signature (base64url) with the current key."""
-        if self._signing_key is None:
-            raise RuntimeError("no signing key")
-        return _b64url(self._signing_key.sign(payload))
-
 
 async def ensure_signing_key(conn: asyncpg.Connection) -> None:
     """Create the first signing key unless one exists (safe under concurrent starts)."""

@@ -191,7 +191,7 @@ def caller_from_claims(claims: dict, issuer: str) -> Caller:
             raise InvalidToken("regions must be an array of strings")
         regions = tuple(regions)
     return Caller(
-        tenant=tenant, sub=sub, scopes=scopes, regions=regions, issuer=issuer, token_id=str(claims["jti"])
+        tenant=tenant, sub=sub, scopes=scopes, regions=regions, issuer=issuer
     )
 
 

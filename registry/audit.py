@@ -145,11 +145,3 @@ class ChainVerifier:
             self.count += 1
         return self.broken
 
-
-def verify_chain(records, *, start_seq: int = 1, start_hash: str = GENESIS_HASH) -> ChainBreak | None:
-    """Walk records in seq order; the first record that does not link or hash correctly, else None."""
-    verifier = ChainVerifier(start_seq=start_seq, start_hash=start_hash)
-    for record in records:
-        if verifier.feed(record) is not None:
-            return verifier.broken
-    return None
