@@ -1,7 +1,7 @@
 """Compatibility of two versions of a capability (skill): the changes that break existing callers.
 
-Owns the rules of contract section 2: `check_compatibility(old, new)` compares two skills in the
-contract's camelCase shape and lists every breaking change; an empty list means compatible. Pure:
+Owns the compatibility rules of docs/api.md#compatibility: `check_compatibility(old, new)` compares two skills in the
+registration's camelCase shape and lists every breaking change; an empty list means compatible. Pure:
 no I/O. The same verdict serves publishing (409 `incompatible_change`) and `POST /v1/compatibility`.
 
 Schemas are compared by subsumption. The input schema is contravariant (the new one must accept
@@ -25,13 +25,13 @@ output. Each finding has a category; the direction turns it into a kind:
 
 Skill fields: `scope_added`, `side_effect_raised`, `approval_required`, `data_regions_changed`.
 
-Kinds beyond the contract's list, documented here: `const_changed` (a `const` added or changed),
+Kinds beyond the list in docs/api.md#compatibility, documented here: `const_changed` (a `const` added or changed),
 `bound_loosened`, `pattern_removed`, `format_removed`, `additional_properties_widened` and
 `output_property_added` (the output directions of the input kinds). `uniqueItems` turned on is a
 `bound_tightened`; a subschema that became `false` is a `type_narrowed` (input) or, in output, one
 that was `false` and now allows values is a `type_widened`.
 
-Deliberate rules beyond pure subsumption (the contract's, or the common practice of schema registries):
+Deliberate rules beyond pure subsumption (docs/api.md#compatibility, or the common practice of schema registries):
 - Input: adding an optional property to an object is compatible even when the object is open (old
   callers are assumed not to send properties the old schema did not declare).
 - Input: a new required property with a `default` is compatible (lenient validation fills it in).
@@ -1048,7 +1048,7 @@ class _SchemaComparison:
                 continue
             property_schema = wide_properties.get(name)
             if self.direction == "input" and isinstance(property_schema, Mapping) and "default" in property_schema:
-                continue  # a default fills it in (contract: "new required property without a default")
+                continue  # a default fills it in (docs/api.md#compatibility: "a new required property without a default")
             findings.append(
                 (
                     f"{path}/properties/{escape_token(name)}",

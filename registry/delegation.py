@@ -1,4 +1,4 @@
-"""Delegation tickets end to end (contract section 5): resolving the capability a ticket is asked for,
+"""Delegation tickets end to end (docs/api.md#tickets): resolving the capability a ticket is asked for,
 verifying a parent ticket, applying the narrowing rules of auth.policy, then signing (auth.tickets),
 storing and auditing in one transaction. Approvals and Idempotency-Key replays reuse the same steps.
 
@@ -239,7 +239,7 @@ async def resolve_target(registry: Registry, caller: Caller, req: TicketRequest)
     Resolution is detail release's (registry.release), so `latest` and ranges name the same version
     for a ticket as for the schemas. The caller must be able to see the version in detail: visible
     to its tenant and, asked for exactly, not retired. Detail release's scope rule is replaced by the
-    ticket's subset rule, and data regions are not a ticket check (the contract lists the ticket
+    ticket's subset rule, and data regions are not a ticket check (docs/api.md#request-a-ticket lists the ticket
     checks; regions gate who receives schemas and endpoints, not who may delegate a call).
     """
     tenant, _, agent_id = req.audience.partition("/")
@@ -267,7 +267,7 @@ async def resolve_target(registry: Registry, caller: Caller, req: TicketRequest)
 async def evaluate(
     registry: Registry, caller: Caller, req: TicketRequest, parent_token: str | None, *, trace_id: str | None
 ) -> Plan:
-    """Every check of a ticket request, in contract order; a refusal is audited, then raised."""
+    """Every check of a ticket request, in the order of docs/api.md#request-a-ticket; a refusal is audited, then raised."""
     now = int(time.time())
     requested_ref = f"{req.audience}/{req.skill}@{req.version}"
     context = dict(caller=caller, tenant=req.audience.partition("/")[0], ref=requested_ref, scopes=req.scopes,

@@ -48,7 +48,7 @@ class DiscoveryPage(Wire):
 
 
 class AgentView(Wire):
-    """The agent public view (contract section 2)."""
+    """The agent public view (docs/api.md#agent-views-and-cards)."""
 
     tenant: str
     agent_id: str

@@ -1,4 +1,4 @@
-"""Errors: one exception type carrying a contract code, and the one place that maps every exception
+"""Errors: one exception type carrying a code of docs/api.md#error-codes, and the one place that maps every exception
 (ours, litestar's, asyncpg's) to an `application/problem+json` response.
 
 No request ever gets a stack trace: unexpected exceptions are logged and answered with a generic 500.
@@ -52,7 +52,7 @@ class Problem(Wire, omit_defaults=True):
 
 
 class ProblemError(Exception):
-    """Raise to answer with a problem response: `code` is one of the contract's error codes."""
+    """Raise to answer with a problem response: `code` is one of the error codes of docs/api.md#error-codes."""
 
     def __init__(
         self,

@@ -1,7 +1,7 @@
 """Completeness: every request that grants, releases, refuses or changes something leaves exactly the
 audit events listed here, found by the request's own trace id; requests that decide nothing leave none.
 
-What counts (decisions where the contract is silent):
+What counts (decisions docs/api.md#event-types records):
 - Registration writes one event per thing it changed: `agent.registered` when the card changed,
   `version.published` per new version. A re-registration that changes nothing writes nothing. A
   refusal writes one denied event: 403 as `agent.registered`, 409 (`version_conflict`,

@@ -501,7 +501,7 @@ async def test_list_tickets_for_auditors(client, mint, finance, tenant, other_te
     assert [i["jti"] for i in everything["items"]] == [root["jti"], child["jti"], grandchild["jti"]]
     assert everything["nextCursor"] is None
     item = everything["items"][0]
-    # The same items as the grant report (contract section 6: "lists tickets the same way").
+    # The same items as the grant report (docs/api.md#listing-tickets).
     assert set(item) == {"actor", "onBehalfOf", "audience", "ref", "scopes", "resources", "jti", "issuedAt", "expiresAt",
                          "depth", "maxDepth", "parent", "act", "active"}
     assert [i["active"] for i in everything["items"]] == [True, False, False]

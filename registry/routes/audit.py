@@ -181,7 +181,7 @@ async def list_grants(
 )
 async def latest_checkpoint(request: Request) -> Response[Checkpoint]:
     registry = registry_of(request)
-    await registry.caller(request)  # public, but a presented token must be valid (contract section 1)
+    await registry.caller(request)  # public, but a presented token must be valid (docs/api.md#identities-and-tokens)
     await registry.refresh_keyring()
     row = await checkpoint_queries.latest_checkpoint(registry.pool)
     # None yet, or signed with a key that has left the JWKS: sign the head now.

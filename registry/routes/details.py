@@ -1,4 +1,4 @@
-"""HTTP: detail release (contract section 4) — a capability version's schemas and endpoints, the A2A
+"""HTTP: detail release (docs/api.md#detail-release) — a capability version's schemas and endpoints, the A2A
 extended agent card, tool exports and argument validation, each only after the visibility,
 retirement, scope and data-region checks, each release and refusal audited before answering.
 

@@ -53,7 +53,7 @@ class CompatibilityReport(Wire):
 async def _change_lifecycle(
     request: Request, tenant: str, agent_id: str, skill_id: str, version: str, event_type: str, apply
 ) -> PublicCapability:
-    """Shared shell of deprecate and retire: checks in contract order, one transaction, audited."""
+    """Shared shell of deprecate and retire: checks in the order of docs/api.md#lifecycle, one transaction, audited."""
     registry = registry_of(request)
     caller: Caller = await registry.require_caller(request)
     trace_id = trace_id_of(request)

@@ -1,4 +1,4 @@
-"""HTTP: delegation tickets (mint, introspect, revoke, list) and approvals (contract sections 5 and 8).
+"""HTTP: delegation tickets (mint, introspect, revoke, list) and approvals (docs/api.md#tickets, #ticket-claims).
 
 The orchestration lives in registry.delegation, the rules in auth.policy, the JWT in auth.tickets.
 Bodies are read after the caller is authenticated (registry.request_guard), so that every refusal of
