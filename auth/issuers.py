@@ -21,9 +21,21 @@ from pathlib import Path
 
 import httpx
 import jwt
+import msgspec
 
 from auth.tokens import IssuerKeys
-from registry.config import TrustedIssuer
+
+
+class TrustedIssuer(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
+    """An external identity provider whose tokens capreg accepts (CAPREG_TRUSTED_ISSUERS)."""
+
+    issuer: str
+    # The tenants this issuer may speak for; ["*"] (written out) for any. Required.
+    tenants: list[str]
+    jwks_url: str | None = None
+    jwks_file: str | None = None
+    algorithms: list[str] = msgspec.field(default_factory=lambda: ["RS256", "ES256", "EdDSA"])
+
 
 log = logging.getLogger("capreg.auth")
 

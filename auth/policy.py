@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
 from auth.principal import Caller
-from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN, CapabilityVersion
+from auth.identifiers import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN
 
 # Re-delegation depth is bounded so that actor chains (nested `act` claims) stay small.
 MAX_DELEGATION_DEPTH = 10
@@ -56,6 +56,15 @@ def can_see(caller: Caller | None, *, tenant: str, visibility: str, shared_with:
 # Detail release (docs/api.md#release-checks)
 
 
+class StoredVersion(Protocol):
+    """What a gate reads of a stored capability version (registry.records.CapabilityVersion)."""
+
+    tenant: str
+    scopes: Sequence[str]
+    data_regions: Sequence[str]
+    status: str
+
+
 class CapabilityGate(msgspec.Struct, frozen=True, kw_only=True):
     """The fields of a capability version (and its agent) that detail release is decided on."""
 
@@ -67,7 +76,7 @@ class CapabilityGate(msgspec.Struct, frozen=True, kw_only=True):
     status: str = "active"
 
     @classmethod
-    def of(cls, version: CapabilityVersion, *, visibility: str, shared_with: Sequence[str]) -> CapabilityGate:
+    def of(cls, version: StoredVersion, *, visibility: str, shared_with: Sequence[str]) -> CapabilityGate:
         """The gate of a stored version; visibility and sharing are the agent's, not the version's."""
         return cls(
             tenant=version.tenant,

@@ -8,17 +8,7 @@ from pathlib import Path
 
 import msgspec
 
-
-class TrustedIssuer(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
-    """An external identity provider whose tokens capreg accepts (CAPREG_TRUSTED_ISSUERS)."""
-
-    issuer: str
-    # The tenants this issuer may speak for; ["*"] (written out) for any. Required.
-    tenants: list[str]
-    jwks_url: str | None = None
-    jwks_file: str | None = None
-    algorithms: list[str] = msgspec.field(default_factory=lambda: ["RS256", "ES256", "EdDSA"])
-
+from auth.issuers import TrustedIssuer
 
 class Settings(msgspec.Struct, kw_only=True):
     database_url: str | None = None

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from auth.identifiers import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN
 from registry.wire import Wire
 
 SideEffect = Literal["none", "idempotent", "write", "destructive"]
@@ -22,9 +23,6 @@ def approval_required(side_effect: str | None, explicit: bool | None) -> bool:
 
 Status = Literal["active", "deprecated", "retired"]
 
-AGENT_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
-SKILL_ID_PATTERN = r"^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$"
-TENANT_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 
 AgentId = Annotated[str, msgspec.Meta(pattern=AGENT_ID_PATTERN)]
 SKILL_ID_MAX_LENGTH = 128
