@@ -7,7 +7,6 @@ gated can leak through discovery by construction.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import re
 import time
@@ -19,6 +18,7 @@ import msgspec
 
 from auth.principal import Caller
 from db import capabilities as capability_queries
+from registry.cursors import decode_cursor, encode_cursor
 from registry.problems import ErrorItem, ProblemError, invalid_request
 from registry.records import (
     AGENT_ID_PATTERN,
@@ -148,18 +148,8 @@ def agent_view(agent: asyncpg.Record, skills: list[asyncpg.Record]) -> AgentView
     )
 
 
-def encode_cursor(row: asyncpg.Record) -> str:
-    key = [row["tenant"], row["agent_id"], row["skill_id"], row["version_key"]]
-    return base64.urlsafe_b64encode(msgspec.json.encode(key)).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[str, str, str, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        key = msgspec.json.decode(raw, type=tuple[str, str, str, str])
-    except (ValueError, msgspec.DecodeError):
-        raise invalid_request("cursor is not one this registry issued", [ErrorItem(path="cursor", message="invalid cursor")]) from None
-    return key
+def page_cursor(row: asyncpg.Record) -> str:
+    return encode_cursor([row["tenant"], row["agent_id"], row["skill_id"], row["version_key"]])
 
 
 def side_effect_rank(value: str | None) -> int | None:
@@ -247,7 +237,7 @@ async def discovery_page(registry: Registry, viewer: str | None, query: Discover
 async def _query_page(registry: Registry, viewer: str | None, query: DiscoveryQuery) -> CachedResponse:
     """Query one page and encode it, labelled with the sequence number read before the query."""
     rank = side_effect_rank(query.side_effect_max)
-    after = decode_cursor(query.cursor) if query.cursor else None
+    after = decode_cursor(query.cursor, tuple[str, str, str, str]) if query.cursor else None
     async with registry.pool.acquire() as conn:
         seq, next_effective = await capability_queries.snapshot_bounds(conn)
         rows = await capability_queries.discover(
@@ -257,7 +247,7 @@ async def _query_page(registry: Registry, viewer: str | None, query: DiscoveryQu
             status=query.status,
         )
     page = rows[:query.limit]
-    next_cursor = encode_cursor(page[-1]) if len(rows) > query.limit else None
+    next_cursor = page_cursor(page[-1]) if len(rows) > query.limit else None
     body = _encoder.encode(DiscoveryPage(items=[public_capability(r) for r in page], next_cursor=next_cursor))
     # health flips to stale when an agent's last lease lapses: the page is good until the first such moment.
     boundaries = [r["lease_until"] for r in page]

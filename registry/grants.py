@@ -3,13 +3,12 @@ definition of "active" (db/grants.py), one cursor. Pure shaping; no I/O."""
 
 from __future__ import annotations
 
-import base64
 import re
 from datetime import datetime
 from typing import Literal
 
-import msgspec
 
+from registry.cursors import decode_cursor, encode_cursor
 from registry.problems import ErrorItem, invalid_request
 from registry.wire import Wire
 
@@ -55,23 +54,18 @@ def grant_page(rows, limit: int, order: GrantOrder = "issued") -> GrantPage:
         )
         for row in rows[:limit]
     ]
-    return GrantPage(items=items, next_cursor=_encode_cursor(items[-1], order) if len(rows) > limit else None)
+    return GrantPage(items=items, next_cursor=_grant_cursor(items[-1], order) if len(rows) > limit else None)
 
 
-def _encode_cursor(grant: Grant, order: GrantOrder) -> str:
+def _grant_cursor(grant: Grant, order: GrantOrder) -> str:
     # An expiry-order cursor is tagged, so it is never taken for an issued-order one (or vice versa).
-    key = [grant.issued_at, grant.jti] if order == "issued" else [grant.expires_at, grant.jti, "expiry"]
-    return base64.urlsafe_b64encode(msgspec.json.encode(key)).rstrip(b"=").decode()
+    return encode_cursor([grant.issued_at, grant.jti] if order == "issued" else [grant.expires_at, grant.jti, "expiry"])
 
 
-def decode_cursor(cursor: str, order: GrantOrder = "issued") -> tuple[datetime, str]:
+def grant_position(cursor: str, order: GrantOrder = "issued") -> tuple[datetime, str]:
     """The (sort key, jti) a cursor of `order` resumes after; 400 for any other string."""
     shape = tuple[datetime, str] if order == "issued" else tuple[datetime, str, Literal["expiry"]]
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        at, jti, *_ = msgspec.json.decode(raw, type=shape)
-    except (ValueError, msgspec.DecodeError, msgspec.ValidationError):
-        at, jti = None, ""
-    if at is None or at.tzinfo is None or not _JTI.match(jti):
+    at, jti, *_ = decode_cursor(cursor, shape)
+    if at.tzinfo is None or not _JTI.match(jti):
         raise invalid_request("cursor is not one this registry issued", [ErrorItem(path="cursor", message="invalid cursor")])
     return at, jti

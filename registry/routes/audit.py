@@ -5,7 +5,6 @@ chain head (public), and the server's checkpoint writer."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import re
 from collections.abc import AsyncIterator
@@ -24,7 +23,8 @@ from db.audit import EventFilter
 from registry.audit import AuditRecord
 from registry.audit_chain import ChainBroken, checkpoint_periodically, make_checkpoint, verify_stored_chain
 from registry.checkpoints import Checkpoint, CheckpointInvalid, checkpoint_from_row, jwks_keys, verify_checkpoint
-from registry.grants import GrantOrder, GrantPage, decode_cursor, grant_page
+from registry.cursors import decode_cursor, encode_cursor
+from registry.grants import GrantOrder, GrantPage, grant_page, grant_position
 from registry.problems import ErrorItem, ProblemError, invalid_request, problem_responses
 from registry.records import SKILL_ID_PATTERN
 from registry.service import Registry, registry_of
@@ -57,17 +57,10 @@ def _rfc3339(name: str, value: str | None) -> datetime | None:
     )
 
 
-def _encode_cursor(seq: int) -> str:
-    return base64.urlsafe_b64encode(f"seq:{seq}".encode()).rstrip(b"=").decode()
-
-
-def _decode_cursor(cursor: str) -> int:
-    with contextlib.suppress(ValueError):
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        kind, _, seq = raw.partition(":")
-        if kind == "seq" and seq.isdigit():
-            return int(seq)
-    raise invalid_request("cursor is not one this registry issued", [ErrorItem(path="cursor", message="invalid cursor")])
+def _after_seq(cursor: str) -> int:
+    """The seq an events cursor resumes after."""
+    (seq,) = decode_cursor(cursor, tuple[Annotated[int, msgspec.Meta(ge=0)]])
+    return seq
 
 
 async def _ndjson(registry: Registry, tenant: str, where: EventFilter, upto: int) -> AsyncIterator[bytes]:
@@ -132,10 +125,10 @@ async def list_events(
     if NDJSON in request.headers.get("accept", ""):
         upto, _ = await audit_queries.head(registry.pool)
         return Stream(_ndjson(registry, caller.tenant, where, upto), media_type=NDJSON)
-    after = _decode_cursor(cursor) if cursor else 0
+    after = _after_seq(cursor) if cursor else 0
     records = await audit_queries.tenant_events(registry.pool, caller.tenant, where, after=after, limit=limit + 1)
     page = records[:limit]
-    next_cursor = _encode_cursor(page[-1].seq) if len(records) > limit else None
+    next_cursor = encode_cursor([page[-1].seq]) if len(records) > limit else None
     return Response(AuditPage(items=page, next_cursor=next_cursor), headers={"Cache-Control": "no-store"})
 
 
@@ -164,7 +157,7 @@ async def list_grants(
     caller = await registry.require_caller(request, "audit:read")
     rows = await grant_queries.tenant_grants(
         registry.pool, viewer_tenant=caller.tenant, active=active, actor=actor, skill=skill, scope=scope_held,
-        after=decode_cursor(cursor, order) if cursor else None, limit=limit + 1, order=order,
+        after=grant_position(cursor, order) if cursor else None, limit=limit + 1, order=order,
     )
     return Response(grant_page(rows, limit, order), headers={"Cache-Control": "no-store"})
 

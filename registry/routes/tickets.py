@@ -46,7 +46,7 @@ from registry.problems import (
     problem_responses,
     tenant_mismatch,
 )
-from registry.grants import GrantPage, decode_cursor, grant_page
+from registry.grants import GrantPage, grant_page, grant_position
 from registry.request_guard import body_schema, read_body
 from registry.service import registry_of, trace_id_of
 from registry.tracing import current_request_id
@@ -200,7 +200,7 @@ async def list_tickets(
     # The grant report's query and shape: one definition of "active" for both listings.
     rows = await grant_queries.tenant_grants(
         registry.pool, viewer_tenant=caller.tenant, active=active, actor=actor, skill=skill, scope=granted_scope,
-        after=decode_cursor(cursor) if cursor else None, limit=limit + 1,
+        after=grant_position(cursor) if cursor else None, limit=limit + 1,
     )
     return grant_page(rows, limit)
 
