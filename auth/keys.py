@@ -59,12 +59,6 @@ class Keyring:
             claims, self._signing_key, algorithm="EdDSA", headers={"kid": self.signing_kid, "typ": typ}
         )
 
-    def sign_bytes(self, payload: bytes) -> str:
-        """A detached EdDSA signature (base64url) with the current key."""
-        if self._signing_key is None:
-            raise RuntimeError("no signing key")
-        return _b64url(self._signing_key.sign(payload))
-
 
 async def ensure_signing_key(conn: asyncpg.Connection) -> None:
     """Create the first signing key unless one exists (safe under concurrent starts)."""
@@ -76,10 +70,14 @@ async def ensure_signing_key(conn: asyncpg.Connection) -> None:
 
 async def rotate_key(conn: asyncpg.Connection, keep_verifying_for: timedelta) -> str:
     """Make a new key current; the old one stays published for `keep_verifying_for` and, beyond
-    that, until the last ticket it signed has expired (db/keys.py)."""
+    that, until the last ticket it signed has expired (db/keys.py). A zero `keep_verifying_for`
+    removes the old key at once, tickets and all."""
     async with conn.transaction():
         await key_queries.lock_keys(conn)
-        await key_queries.retire_current(conn, datetime.now(timezone.utc) + keep_verifying_for)
+        # Keeping it for no time at all is an emergency removal: its live tickets die with it.
+        await key_queries.retire_current(
+            conn, datetime.now(timezone.utc) + keep_verifying_for, remove=keep_verifying_for <= timedelta(0)
+        )
         kid, pem, jwk = new_key()
         await key_queries.insert_key(conn, kid, pem, jwk)
         return kid

@@ -1,6 +1,6 @@
 """Authorization policy: who may see a record, who may read its details, which tickets may be minted.
 
-This module owns the decisions of contract sections 1, 4, 5 and 8 as pure
+This module owns the decisions of docs/api.md#visibility, #release-checks, #tickets and #ticket-claims as pure
 functions over msgspec Structs: record visibility, the ordered detail-release
 checks, the first-ticket and re-delegation narrowing rules, the RFC 8693 actor
 chain, ticket request validation and the approval-decider rule. It reads no
@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
 from auth.principal import Caller
-from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN, CapabilityVersion
+from auth.identifiers import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN
 
 # Re-delegation depth is bounded so that actor chains (nested `act` claims) stay small.
 MAX_DELEGATION_DEPTH = 10
 REGISTRY_ADMIN_SCOPE = "registry:admin"
 
-# Refusal reasons of contract section 5 (403 `delegation_denied`).
+# Refusal reasons of docs/api.md#refusal-reasons (403 `delegation_denied`).
 SCOPE_ESCALATION = "scope_escalation"
 RESOURCE_ESCALATION = "resource_escalation"
 LIFETIME_ESCALATION = "lifetime_escalation"
@@ -40,7 +40,7 @@ _SKILL_ID = re.compile(SKILL_ID_PATTERN)
 
 
 # ---------------------------------------------------------------------------
-# Visibility (section 1)
+# Visibility (docs/api.md#visibility)
 
 
 def can_see(caller: Caller | None, *, tenant: str, visibility: str, shared_with: Sequence[str]) -> bool:
@@ -53,7 +53,16 @@ def can_see(caller: Caller | None, *, tenant: str, visibility: str, shared_with:
 
 
 # ---------------------------------------------------------------------------
-# Detail release (section 4)
+# Detail release (docs/api.md#release-checks)
+
+
+class StoredVersion(Protocol):
+    """What a gate reads of a stored capability version (registry.records.CapabilityVersion)."""
+
+    tenant: str
+    scopes: Sequence[str]
+    data_regions: Sequence[str]
+    status: str
 
 
 class CapabilityGate(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,7 +76,7 @@ class CapabilityGate(msgspec.Struct, frozen=True, kw_only=True):
     status: str = "active"
 
     @classmethod
-    def of(cls, version: CapabilityVersion, *, visibility: str, shared_with: Sequence[str]) -> CapabilityGate:
+    def of(cls, version: StoredVersion, *, visibility: str, shared_with: Sequence[str]) -> CapabilityGate:
         """The gate of a stored version; visibility and sharing are the agent's, not the version's."""
         return cls(
             tenant=version.tenant,
@@ -98,7 +107,7 @@ DATA_LOCATION_DENIED = Decision(allowed=False, code="data_location_denied", stat
 def decide_release(caller: Caller | None, cap: CapabilityGate, *, exact_version: bool = True) -> Decision:
     """Whether `caller` may receive the capability's details (schemas, examples, endpoints).
 
-    Checks in contract order: visibility (404), retirement (410), scopes (403
+    Checks in the order of docs/api.md#release-checks: visibility (404), retirement (410), scopes (403
     `insufficient_scope`), data regions (403 `data_location_denied`). Detail
     needs a token, so an anonymous caller gets NOT_FOUND here (the HTTP layer
     answers 401 before asking). A retired version reached other than by its exact
@@ -153,7 +162,7 @@ class ParentTicket(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def from_claims(cls, claims: dict[str, Any]) -> ParentTicket:
-        """Read verified ticket claims (section 8).
+        """Read verified ticket claims (docs/api.md#ticket-claims).
 
         The ticket has no `onBehalfOf` claim: `sub` is the subject when one was
         given, else the minting caller, who is also the outermost actor. So a
@@ -178,7 +187,7 @@ class ParentTicket(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Refusal(msgspec.Struct, frozen=True, kw_only=True):
-    """A refused ticket or approval: `reason` is the contract's refusal reason, `code` the HTTP error code (403)."""
+    """A refused ticket or approval: `reason` is a refusal reason of docs/api.md#refusal-reasons, `code` the HTTP error code (403)."""
 
     reason: str
     message: str
@@ -352,7 +361,7 @@ def child_ticket_grant(caller: Caller, req: TicketRequest, parent: ParentTicket,
 
 
 # ---------------------------------------------------------------------------
-# Approvals (section 5)
+# Approvals (docs/api.md#approvals)
 
 
 def check_approval_decider(decider: Caller, requester_principal: str, capability_tenant: str) -> Refusal | None:

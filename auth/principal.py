@@ -17,7 +17,6 @@ class Caller(msgspec.Struct, frozen=True, kw_only=True):
     scopes: frozenset[str] = frozenset()
     regions: tuple[str, ...] | None = None
     issuer: str = "capreg"
-    token_id: str = ""
 
     @property
     def principal(self) -> str:

@@ -1,10 +1,10 @@
-"""Delegation tickets as JWTs (contract section 8): building the claims, signing, and verifying.
+"""Delegation tickets as JWTs (docs/api.md#ticket-claims): building the claims, signing, and verifying.
 
 A ticket is a JWS with `alg: EdDSA`, `typ: capreg-ticket+jwt` and the `kid` of one of capreg's own
 keys. Verification pins all three before any signature check: the `typ` decides that this is a
 ticket (a caller token never passes, nor a ticket as a caller token: see auth.tokens), the `kid` is
 looked up only in capreg's keyring (a dict, never a path or URL), and the algorithm list is EdDSA
-alone. Every claim of section 8 is required and typed; `aud` must be one agent ref (a string, not
+alone. Every claim of docs/api.md#ticket-claims is required and typed; `aud` must be one agent ref (a string, not
 an array) and, when the verifier names an expected audience, exactly that one.
 
 No `onBehalfOf` claim: `sub` is the subject acted for when one was given, else the minting caller,
@@ -53,7 +53,7 @@ class CapClaim(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class TicketClaims(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename={"max_depth": "maxDepth"}):
-    """Every claim of a ticket (section 8), typed. `parent` is present exactly when `depth > 0`."""
+    """Every claim of a ticket (docs/api.md#ticket-claims), typed. `parent` is present exactly when `depth > 0`."""
 
     iss: str
     sub: str

@@ -26,15 +26,61 @@ _MAX_TOKEN_LENGTH = 16 * 1024
 
 
 class InvalidToken(Exception):
-    """The token is missing, malformed, expired, or not signed by a trusted key."""
+    """The token is missing, malformed, expired, or not signed by a trusted key.
+
+    `reason` is one of a few fixed words (the label of capreg_auth_failures_total)."""
+
+    def __init__(self, message: str, reason: str = "invalid"):
+        super().__init__(message)
+        self.reason = reason
 
 
 class IssuerKeys(msgspec.Struct):
-    """Keys of one trusted external issuer, by kid, with the algorithms it may use."""
+    """Keys of one trusted external issuer, by kid, with the algorithms it may use and the tenants
+    it may speak for (`*`: any)."""
 
     issuer: str
     keys: dict[str, Any]
     algorithms: list[str]
+    tenants: frozenset[str] = frozenset()
+
+    def speaks_for(self, tenant: str) -> bool:
+        return "*" in self.tenants or tenant in self.tenants
+
+
+class VerifiedTokens:
+    """The one cache of verified tokens (caller tokens and tickets), by the whole token string.
+
+    EdDSA verification costs ~150 us, more than the rest of most requests. An entry remembers the
+    issuer and kid that verified it and is served only while that key is still trusted, so removing a
+    key takes every token it signed with it, seen before or not. Least recently used entries go first.
+    """
+
+    def __init__(self, max_entries: int = 10_000):
+        self.max_entries = max_entries
+        self._entries: OrderedDict[str, tuple[str, Any, str, str, float]] = OrderedDict()
+
+    def get(self, token: str, kind: str, now: float, key_present) -> Any | None:
+        entry = self._entries.get(token)
+        if entry is None:
+            return None
+        entry_kind, value, iss, kid, exp = entry
+        if entry_kind != kind:
+            return None
+        if exp <= now or not key_present(iss, kid):
+            del self._entries[token]
+            return None
+        self._entries.move_to_end(token)
+        return value
+
+    def put(self, token: str, kind: str, value: Any, *, iss: str, kid: str, exp: float) -> None:
+        self._entries[token] = (kind, value, iss, kid, exp)
+        self._entries.move_to_end(token)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 def _normalized_typ(header: dict) -> str | None:
@@ -55,38 +101,40 @@ class TokenVerifier:
         self.keyring = keyring
         self.issuer = issuer
         self.audience = audience
+        # Issuer -> its keys; replaced in place when an issuer's key set is re-read (auth.issuers).
         self.external = external
-        # Verified tokens by the whole token string: EdDSA verification costs ~150 us (stack notes).
-        self._verified: OrderedDict[str, tuple[Caller, int]] = OrderedDict()
+        self.cache = VerifiedTokens()
+
+    def key_present(self, iss: str, kid: str) -> bool:
+        """Whether `kid` still verifies tokens of `iss` (capreg's keyring, or the issuer's key set)."""
+        if iss == self.issuer:
+            return kid in self.keyring.public
+        trusted = self.external.get(iss)
+        return trusted is not None and kid in trusted.keys
 
     def verify(self, token: str, *, now: float | None = None) -> Caller:
         now = time.time() if now is None else now
-        cached = self._verified.get(token)
+        cached = self.cache.get(token, "caller", now, self.key_present)
         if cached is not None:
-            caller, exp = cached
-            if exp > now:
-                return caller
-            del self._verified[token]
-        caller, exp = self._verify_uncached(token)
-        self._verified[token] = (caller, exp)
-        if len(self._verified) > 10_000:
-            self._verified.popitem(last=False)
+            return cached
+        caller, exp, kid = self._verify_uncached(token)
+        self.cache.put(token, "caller", caller, iss=caller.issuer, kid=kid, exp=exp)
         return caller
 
-    def _verify_uncached(self, token: str) -> tuple[Caller, int]:
+    def _verify_uncached(self, token: str) -> tuple[Caller, int, str]:
         if not token or len(token) > _MAX_TOKEN_LENGTH:
-            raise InvalidToken("token missing or too long")
+            raise InvalidToken("token missing or too long", "malformed")
         try:
             header = jwt.get_unverified_header(token)
             unverified = jwt.decode(token, options={"verify_signature": False})
         except jwt.PyJWTError as exc:
-            raise InvalidToken(f"malformed token: {exc}") from None
+            raise InvalidToken(f"malformed token: {exc}", "malformed") from None
         typ = _normalized_typ(header)
         if typ == TICKET_TYPE:
             raise InvalidToken("a delegation ticket is not a caller token")
         kid = header.get("kid")
         if not isinstance(kid, str) or not kid:
-            raise InvalidToken("token has no kid")
+            raise InvalidToken("token has no kid", "malformed")
         iss = unverified.get("iss")
         if iss == self.issuer:
             if typ not in CALLER_TOKEN_TYPES_OWN:
@@ -100,9 +148,9 @@ class TokenVerifier:
             key = trusted.keys.get(kid)
             algorithms = trusted.algorithms
         else:
-            raise InvalidToken("untrusted issuer")
+            raise InvalidToken("untrusted issuer", "untrusted_issuer")
         if key is None:
-            raise InvalidToken("unknown kid")
+            raise InvalidToken("unknown kid", "unknown_key")
         if header.get("alg") not in algorithms:
             raise InvalidToken("algorithm not allowed")
         try:
@@ -115,9 +163,15 @@ class TokenVerifier:
                 options={"require": REQUIRED_CLAIMS},
                 leeway=5,
             )
+        except jwt.ExpiredSignatureError as exc:
+            raise InvalidToken(str(exc), "expired") from None
         except jwt.PyJWTError as exc:
             raise InvalidToken(str(exc)) from None
-        return caller_from_claims(claims, iss), int(claims["exp"])
+        caller = caller_from_claims(claims, iss)
+        if iss != self.issuer and not self.external[iss].speaks_for(caller.tenant):
+            # A partner's identity provider speaks for the tenants it was configured for, no others.
+            raise InvalidToken(f"issuer {iss} may not speak for tenant {caller.tenant}", "tenant_not_allowed")
+        return caller, int(claims["exp"]), kid
 
 
 def caller_from_claims(claims: dict, issuer: str) -> Caller:
@@ -137,7 +191,7 @@ def caller_from_claims(claims: dict, issuer: str) -> Caller:
             raise InvalidToken("regions must be an array of strings")
         regions = tuple(regions)
     return Caller(
-        tenant=tenant, sub=sub, scopes=scopes, regions=regions, issuer=issuer, token_id=str(claims["jti"])
+        tenant=tenant, sub=sub, scopes=scopes, regions=regions, issuer=issuer
     )
 
 

@@ -10,7 +10,8 @@ import msgspec
 from registry.audit import GENESIS_HASH, AuditEvent, AuditRecord, event_hash
 
 AUDIT_COLUMNS = (
-    "seq, at, tenant, actor_tenant, type, actor, on_behalf_of, ref, scopes, outcome, reason, trace_id, prev_hash, hash"
+    "seq, at, tenant, actor_tenant, type, actor, on_behalf_of, ref, scopes, outcome, reason, trace_id, prev_hash, hash, "
+    "actor_issuer, request_id"
 )
 
 
@@ -31,11 +32,12 @@ async def append_events(conn: asyncpg.Connection, events: list[AuditEvent]) -> l
         digest = event_hash(prev, seq, at, event)
         rows.append(
             (seq, at, event.tenant, event.actor_tenant, event.type, event.actor, event.on_behalf_of,
-             event.ref, list(event.scopes), event.outcome, event.reason, event.trace_id, prev, digest)
+             event.ref, list(event.scopes), event.outcome, event.reason, event.trace_id, prev, digest,
+             event.actor_issuer, event.request_id)
         )
         prev = digest
     await conn.executemany(
-        f"INSERT INTO audit_events ({AUDIT_COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)",
+        f"INSERT INTO audit_events ({AUDIT_COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)",
         rows,
     )
     await conn.execute("UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1", seq, prev)
@@ -72,6 +74,30 @@ class EventFilter(msgspec.Struct, kw_only=True):
     scope: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    outcome: str | None = None  # "allowed" or "denied"
+
+
+def _filter_conditions(where: EventFilter, bind) -> list[str]:
+    """SQL conditions for `where`, its values bound through `bind` (value -> placeholder)."""
+    filters = []
+    if where.type is not None:
+        filters.append(f"type = {bind(where.type)}")
+    if where.actor is not None:
+        filters.append(f"actor = {bind(where.actor)}")
+    if where.actor_tenant is not None:
+        filters.append(f"actor_tenant = {bind(where.actor_tenant)}")
+    if where.skill is not None:
+        # The same expression as the audit_events_*_skill indexes (migration 0003), so they apply.
+        filters.append(f"audit_ref_skill(ref) = {bind(where.skill)}")
+    if where.scope is not None:
+        filters.append(f"{bind(where.scope)} = ANY (scopes)")
+    if where.outcome is not None:
+        filters.append(f"outcome = {bind(where.outcome)}")
+    if where.since is not None:
+        filters.append(f"at >= {bind(where.since)}")
+    if where.until is not None:
+        filters.append(f"at < {bind(where.until)}")
+    return filters
 
 
 async def tenant_events(
@@ -98,21 +124,7 @@ async def tenant_events(
     filters = [f"seq > {bind(after)}"]
     if upto is not None:
         filters.append(f"seq <= {bind(upto)}")
-    if where.type is not None:
-        filters.append(f"type = {bind(where.type)}")
-    if where.actor is not None:
-        filters.append(f"actor = {bind(where.actor)}")
-    if where.actor_tenant is not None:
-        filters.append(f"actor_tenant = {bind(where.actor_tenant)}")
-    if where.skill is not None:
-        # The same expression as the audit_events_*_skill indexes (migration 0003), so they apply.
-        filters.append(f"audit_ref_skill(ref) = {bind(where.skill)}")
-    if where.scope is not None:
-        filters.append(f"{bind(where.scope)} = ANY (scopes)")
-    if where.since is not None:
-        filters.append(f"at >= {bind(where.since)}")
-    if where.until is not None:
-        filters.append(f"at < {bind(where.until)}")
+    filters += _filter_conditions(where, bind)
     condition = " AND ".join(filters)
     n = bind(limit)
     rows = await conn.fetch(
@@ -126,6 +138,29 @@ async def tenant_events(
         *params,
     )
     return [_record(row) for row in rows]
+
+
+async def tenant_hourly_outcomes(
+    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, where: EventFilter
+) -> list[asyncpg.Record]:
+    """Counts of the events a tenant's auditors see, per UTC hour and outcome (rows: hour, outcome,
+    n), in hour order. The caller bounds the time range (`where.since` and `where.until`)."""
+    params: list[object] = [tenant]
+
+    def bind(value: object) -> str:
+        params.append(value)
+        return f"${len(params)}"
+
+    condition = " AND ".join(_filter_conditions(where, bind)) or "TRUE"
+    return await conn.fetch(
+        f"""SELECT date_trunc('hour', at, 'UTC') AS hour, outcome, count(*) AS n FROM (
+                (SELECT at, outcome FROM audit_events WHERE tenant = $1 AND {condition})
+                UNION ALL
+                (SELECT at, outcome FROM audit_events
+                  WHERE actor_tenant = $1 AND tenant IS DISTINCT FROM $1 AND {condition})
+            ) visible GROUP BY 1, 2 ORDER BY 1, 2""",
+        *params,
+    )
 
 
 async def hash_at(conn: asyncpg.Connection | asyncpg.Pool, seq: int) -> str | None:

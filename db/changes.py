@@ -46,12 +46,19 @@ async def current_seq(conn: asyncpg.Connection | asyncpg.Pool) -> int:
 async def changes_after(
     conn: asyncpg.Connection | asyncpg.Pool, after: int, *, tenant: str | None, limit: int, upto: int
 ) -> list[asyncpg.Record]:
-    """Changes after `after` on records the caller's tenant may see (None: public records only)."""
+    """Changes after `after` on records the caller's tenant may see (None: public records only).
+
+    A change on a version whose effectiveAt is still in the future is left out, as discovery leaves
+    the version out; once it is effective, a `version.effective` change announces it (db.housekeeping).
+    """
     return await conn.fetch(
         """SELECT c.seq, c.kind, c.ref, c.at
              FROM changes c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
             WHERE c.seq > $1 AND c.seq <= $4
               AND (a.visibility = 'public' OR a.tenant = $2 OR $2 = ANY (a.shared_with))
+              AND NOT EXISTS (SELECT 1 FROM capability_versions v
+                               WHERE v.tenant = c.tenant AND v.agent_id = c.agent_id AND v.effective_at > now()
+                                 AND c.ref = v.tenant || '/' || v.agent_id || '/' || v.skill_id || '@' || v.version)
             ORDER BY c.seq LIMIT $3""",
         after, tenant, limit, upto,
     )

@@ -4,6 +4,7 @@ queries on tickets, migration 0002, joined with capability_versions)."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 import asyncpg
 
@@ -25,6 +26,8 @@ LIVE = """(t.revoked_at IS NULL AND t.expires_at > now() AND cv.status <> 'retir
                )
                SELECT 1 FROM ancestors WHERE revoked_at IS NOT NULL OR expires_at <= now()))"""
 
+_ORDER_KEYS = {"issued": "t.issued_at", "expiry": "t.expires_at"}
+
 
 async def tenant_grants(
     conn: asyncpg.Connection | asyncpg.Pool,
@@ -36,9 +39,10 @@ async def tenant_grants(
     scope: str | None = None,
     after: tuple[datetime, str] | None = None,
     limit: int = 100,
+    order: Literal["issued", "expiry"] = "issued",
 ) -> list[asyncpg.Record]:
-    """One page, in (issued_at, jti) order, of tickets whose capability tenant or minting caller's
-    tenant is `viewer_tenant`, each with `active`.
+    """One page, in (issued_at, jti) order (`order="expiry"`: (expires_at, jti), soonest first), of
+    tickets whose capability tenant or minting caller's tenant is `viewer_tenant`, each with `active`.
 
     `active` True keeps live grants, False the others (expired, revoked, retired), None both. `actor` is
     a principal `tenant/sub` or a bare `sub` in any tenant.
@@ -58,15 +62,16 @@ async def tenant_grants(
         filters.append(f"t.skill_id = {bind(skill)}")
     if scope is not None:
         filters.append(f"{bind(scope)} = ANY (t.scopes)")
+    key = _ORDER_KEYS[order]
     if after is not None:
-        filters.append(f"(t.issued_at, t.jti) > ({bind(after[0])}, {bind(after[1])})")
+        filters.append(f"({key}, t.jti) > ({bind(after[0])}, {bind(after[1])})")
     return await conn.fetch(
         f"""SELECT {GRANT_COLUMNS}, {LIVE} AS active
               FROM tickets t
               JOIN capability_versions cv ON cv.tenant = t.tenant AND cv.agent_id = t.agent_id
                                          AND cv.skill_id = t.skill_id AND cv.version = t.version
              WHERE {" AND ".join(filters)}
-             ORDER BY t.issued_at, t.jti
+             ORDER BY {key}, t.jti
              LIMIT {bind(limit)}""",
         *params,
     )

@@ -12,12 +12,12 @@ become durable. Writes take only their own row or advisory locks while they run;
 heads are locked last, once per batch, always in the same order, so batches cannot deadlock on
 them; the change feed's rows go in with one multi-row statement per batch.
 
-One request can never fail another. A write fails inside its own savepoint. Its audit events are
-made storable before they join the batch (characters PostgreSQL cannot hold in text, NUL and lone
-surrogates, are replaced, never dropped, so a refusal caused by such a value is still recorded).
-Should the batch fail all the same after its writes (a deadlock on the writes' own locks, a head
-append, the commit, the shared insert of single-row writes), nothing of it was acknowledged: each request is then run again alone, in its
-own transaction, so whatever failed fails only its own request.
+One request can never fail another. A write fails inside its own savepoint. Audit events cannot
+carry text PostgreSQL would refuse (registry.audit escapes it when an event is built, so a refusal
+caused by such a value is still recorded). Should the batch fail all the same after its writes (a
+deadlock on the writes' own locks, a head append, the commit, the shared insert of single-row
+writes), nothing of it was acknowledged: each request is then run again alone, in its own
+transaction, so whatever failed fails only its own request.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import asyncpg
-import msgspec
 
 from db.audit import append_events
 from db.changes import record_changes
@@ -49,32 +48,6 @@ def _outcome_unknown(exc: Exception) -> bool:
     return isinstance(exc, (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError, asyncio.TimeoutError))
 
 
-def _storable_text(value: str) -> str:
-    if "\x00" in value:
-        value = value.replace("\x00", "\ufffd")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates: asyncpg cannot even send them
-        value = value.encode("utf-8", "replace").decode("utf-8")
-    return value
-
-
-def storable_event(event: AuditEvent) -> AuditEvent:
-    """The event with every string PostgreSQL's text type could refuse made storable (pure)."""
-    changes = {}
-    for name in event.__struct_fields__:
-        value = getattr(event, name)
-        if isinstance(value, str):
-            clean = _storable_text(value)
-        elif isinstance(value, list) and any(isinstance(item, str) for item in value):
-            clean = [_storable_text(item) if isinstance(item, str) else item for item in value]
-        else:
-            continue
-        if clean != value:
-            changes[name] = clean
-    return msgspec.structs.replace(event, **changes) if changes else event
-
-
 class WriteScope:
     """What one write sees: the batch's connection (inside its savepoint), and the audit events
     and changes it records, which are appended only if the write succeeds."""
@@ -85,7 +58,7 @@ class WriteScope:
         self.changes: list[tuple[str, str, str, str]] = []
 
     def audit(self, *events: AuditEvent) -> None:
-        self.events.extend(storable_event(event) for event in events)
+        self.events.extend(events)
 
     def change(self, kind: str, tenant: str, agent_id: str, ref: str) -> None:
         self.changes.append((kind, tenant, agent_id, ref))
@@ -145,7 +118,7 @@ class GroupCommit:
         the batch is run again write by write, so the failure stays this request's own.
         """
         future = asyncio.get_running_loop().create_future()
-        self._queue.append((RowInsert(table, row, [storable_event(event) for event in events]), future))
+        self._queue.append((RowInsert(table, row, list(events)), future))
         self._wake.set()
         await future
 
@@ -153,7 +126,7 @@ class GroupCommit:
         """Append audit events on their own (refusals, releases): durable when this returns."""
         future = asyncio.get_running_loop().create_future()
         # Events alone: nothing to roll back, no savepoint.
-        self._queue.append(([storable_event(event) for event in events], future))
+        self._queue.append((list(events), future))
         self._wake.set()
         await future
 

@@ -7,6 +7,8 @@ from datetime import datetime
 import asyncpg
 
 _KEYS_LOCK = 0x6B65_7973  # "keys": serializes first-key creation and rotation across processes
+# Notified (on commit) when the set of keys changes: every replica reloads its keyring at once.
+KEYS_CHANNEL = "capreg_keys"
 
 
 async def lock_keys(conn: asyncpg.Connection) -> None:
@@ -27,14 +29,18 @@ async def insert_key(conn: asyncpg.Connection, kid: str, private_pem: str, publi
     )
 
 
-async def retire_current(conn: asyncpg.Connection, publish_until: datetime) -> None:
-    """Retire the current key; it stays published until `publish_until` and past the last ticket it signed."""
+async def retire_current(conn: asyncpg.Connection, publish_until: datetime, *, remove: bool = False) -> None:
+    """Retire the current key; it stays published until `publish_until` and past the last ticket it
+    signed. With `remove`, it stops verifying at once: every token and ticket it signed is dead."""
     await conn.execute(
         """UPDATE signing_keys k SET retired_at = now(),
-                  publish_until = greatest($1, (SELECT max(t.expires_at) FROM tickets t WHERE t.kid = k.kid))
+                  removed_at = CASE WHEN $2 THEN now() END,
+                  publish_until = CASE WHEN $2 THEN now()
+                      ELSE greatest($1, (SELECT max(t.expires_at) FROM tickets t WHERE t.kid = k.kid)) END
             WHERE retired_at IS NULL""",
-        publish_until,
+        publish_until, remove,
     )
+    await conn.execute("SELECT pg_notify($1, 'rotated')", KEYS_CHANNEL)
 
 
 async def verifying_keys(conn: asyncpg.Connection) -> list[asyncpg.Record]:
@@ -45,7 +51,7 @@ async def verifying_keys(conn: asyncpg.Connection) -> list[asyncpg.Record]:
     """
     return await conn.fetch(
         """SELECT kid, private_pem, public_jwk, retired_at IS NULL AS current FROM signing_keys k
-           WHERE retired_at IS NULL OR publish_until > now()
-              OR EXISTS (SELECT 1 FROM tickets t WHERE t.kid = k.kid AND t.expires_at > now())
+           WHERE removed_at IS NULL AND (retired_at IS NULL OR publish_until > now()
+              OR EXISTS (SELECT 1 FROM tickets t WHERE t.kid = k.kid AND t.expires_at > now()))
            ORDER BY created_at DESC"""
     )

@@ -10,7 +10,7 @@ _decoder = msgspec.json.Decoder()
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
-    # Binary JSONB codec: the text codec breaks copy_records_to_table (stack notes).
+    # Binary JSONB codec: the text codec breaks copy_records_to_table.
     await conn.set_type_codec(
         "jsonb",
         schema="pg_catalog",

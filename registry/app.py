@@ -11,7 +11,6 @@ from contextlib import asynccontextmanager
 
 from litestar import Litestar
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar import Response, get
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -21,10 +20,13 @@ from db.migrate import apply_migrations
 from db.pool import create_pool
 from registry.config import Settings, load_settings
 from registry.problems import handle_exception
-from registry.routes import agents, audit, details, discovery, lifecycle, ops, tickets
+from registry.routes import agents, audit, console, details, discovery, lifecycle, mcp, ops, tickets
 from registry.service import ChangeWatcher, Registry
 from registry.observability import RequestMetrics, observability_middleware
+from registry.bounded_work import bounded_work
+from registry.housekeeping import run_housekeeping
 from registry.rate_limit import TokenBuckets, rate_limit_middleware
+from registry.request_guard import unstorable_guard
 
 log = logging.getLogger("capreg")
 
@@ -46,17 +48,22 @@ def create_app(settings: Settings | None = None) -> Litestar:
             app.state.registry = registry
             registry.writes.start()
             registry.leases.start()
+            bounded_work().start()  # registrant schema work's processes, warmed before the first request
             metrics.gauges = [
                 ("capreg_db_pool_size", "connections open in the pool", pool.get_size),
                 ("capreg_db_pool_idle", "idle connections in the pool", pool.get_idle_size),
             ]
+            metrics.auth_failures = registry.auth_failures
             checkpoints = audit.start_checkpoints(registry)
-            sharing = asyncio.create_task(metrics.share()) if metrics.shared_dir else None
+            chores = [asyncio.create_task(registry.watch_keys()), asyncio.create_task(run_housekeeping(registry))]
+            if metrics.shared_dir:  # capreg serve --workers N: this worker's metrics, for every scrape
+                chores.append(asyncio.create_task(metrics.share()))
             try:
                 yield
             finally:
-                if sharing is not None:
-                    sharing.cancel()
+                for chore in chores:
+                    chore.cancel()
+                await asyncio.gather(*chores, return_exceptions=True)
                 await audit.stop_checkpoints(checkpoints)
                 await registry.leases.stop()
                 await registry.writes.stop()
@@ -76,13 +83,18 @@ def create_app(settings: Settings | None = None) -> Litestar:
     return Litestar(
         route_handlers=[
             *agents.ROUTES, *discovery.ROUTES, *details.ROUTES, *lifecycle.ROUTES, *tickets.ROUTES,
-            *audit.ROUTES, *ops.ROUTES, serve_metrics,
+            *audit.ROUTES, *ops.ROUTES, *mcp.ROUTES, serve_metrics,
+            *console.ROUTES,  # the security console and the offline /schema assets
         ],
         lifespan=[lifespan],
         middleware=[
+            console.security_headers,  # CSP, nosniff, no referrer, no framing (registry/routes/console.py)
             observability_middleware(metrics),
-            *([rate_limit_middleware(TokenBuckets(settings.rate_limit, settings.rate_burst or max(1, math.ceil(2 * settings.rate_limit))))]
-              if settings.rate_limit > 0 else []),
+            *([rate_limit_middleware(
+                TokenBuckets(settings.rate_limit, settings.rate_burst or max(1, math.ceil(2 * settings.rate_limit))),
+                settings.trusted_proxies,
+            )] if settings.rate_limit > 0 else []),
+            unstorable_guard,
         ],
         exception_handlers={Exception: handle_exception},
         request_max_body_size=settings.max_body,
@@ -91,7 +103,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             version="1.0.0",
             description="Capability registry and discovery service for AI agents.",
             path="/schema",
-            render_plugins=[SwaggerRenderPlugin()],
+            render_plugins=[console.OfflineSwaggerRenderPlugin()],  # no CDN: assets served by capreg
         ),
         debug=False,
     )

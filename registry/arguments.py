@@ -1,21 +1,27 @@
 """Tool-call arguments: tolerant extraction of a JSON object from model output, and validation
 against a capability's input schema (strict, or lenient with defaults and unknown-property
-removal). Owns the compiled-validator cache. Pure functions: no I/O.
+removal). Pure functions: no I/O; `validate_arguments_bounded` runs them in
+`registry.bounded_work`'s worker processes.
 
 Work is bounded: text over 1 MiB, nesting deeper than 64 and pathological inputs are rejected
 with `ArgumentsUnparseable` or a validation error, never with RecursionError or unbounded time.
+Lenient repair produces at most MAX_REPAIR_NODES JSON values and never nests deeper than
+MAX_DEPTH. A registrant's `patternProperties` run only in jsonschema-rs's linear-time regex engine
+(registry.schema_guard), never in Python's backtracking `re`.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
 import re
 from typing import Any, Literal
 
 import jsonschema_rs
 import msgspec
 
+from registry.bounded_work import WorkFailed, WorkTimedOut, run_bounded
+from registry.json_pointer import escape_token, unescape_token
+from registry.schema_guard import SchemaRejected, cached_validator, canonical_schema, pattern_matches
 from registry.wire import Wire
 
 MAX_TEXT_BYTES = 1024 * 1024
@@ -24,9 +30,13 @@ MAX_DEPTH = 64
 # unclosed or invalid candidates) would cost time quadratic in its length.
 SCAN_BUDGET_CHARS = 2 * MAX_TEXT_BYTES
 MAX_CANDIDATES = 1000
+# Defaults are filled in and then repaired in turn: a `$defs` chain of K levels with two defaulted
+# object properties each would otherwise turn `{}` into 2^K objects.
+MAX_REPAIR_NODES = 10_000
 
 Mode = Literal["strict", "lenient"]
 
+# Fixed, linear patterns over the caller's text (never a registrant's pattern).
 # A JSON object opens with `{` then a key or `}`: other braces (prose, templates) are skipped
 # without scanning.
 _OBJECT_START = re.compile(r'\{[ \t\r\n]*["}]')
@@ -131,6 +141,10 @@ def _string_end(text: str, position: int) -> int | None:
 # --- Validation --------------------------------------------------------------------------------
 
 
+class _RepairTooLarge(Exception):
+    """Lenient repair would exceed MAX_REPAIR_NODES or MAX_DEPTH."""
+
+
 def validate_arguments(
     schema: dict[str, Any], arguments: dict[str, Any] | str, mode: Mode
 ) -> ValidationReport:
@@ -140,7 +154,8 @@ def validate_arguments(
     makes them invalid. Lenient: missing properties with a `default` are filled in and
     properties a schema forbids (`additionalProperties: false`) are dropped, each drop reported
     as a warning; what remains is then validated. `arguments` in the report are the (possibly
-    repaired) arguments; the caller's value is never modified.
+    repaired) arguments; the caller's value is never modified. A repair that would produce more
+    than MAX_REPAIR_NODES values or nest deeper than MAX_DEPTH is `valid: false`, saying so.
     """
     if isinstance(arguments, str):
         try:
@@ -151,27 +166,49 @@ def validate_arguments(
         return _rejected("arguments must be a JSON object")
     if _depth_exceeds(arguments, MAX_DEPTH):
         return _rejected(f"arguments nested deeper than {MAX_DEPTH} levels")
+    try:
+        validator = cached_validator(schema)
+    except SchemaRejected as error:
+        return _rejected(f"the capability's input schema cannot be used: {error}")
 
     warnings: list[Issue] = []
     if mode == "lenient":
         arguments = copy.deepcopy(arguments)
-        _repair(arguments, schema, root=schema, pointer="", warnings=warnings)
+        try:
+            _Repair(schema, warnings).object(arguments, schema, pointer="", depth=1)
+        except _RepairTooLarge as error:
+            return _rejected(str(error))
 
-    errors = [
-        issue
-        for error in compiled_validator(schema).iter_errors(arguments)
-        for issue in _issues(error)
-    ]
+    errors = [issue for error in validator.iter_errors(arguments) for issue in _issues(error)]
     return ValidationReport(valid=not errors, arguments=arguments, errors=errors, warnings=warnings)
 
 
+async def validate_arguments_bounded(
+    schema: dict[str, Any], arguments: dict[str, Any] | str, mode: Mode
+) -> ValidationReport:
+    """`validate_arguments` in a worker process (registry.bounded_work): off the event loop, and
+    `valid: false` when it runs past the deadline."""
+    try:
+        return await run_bounded(validate_arguments, schema, arguments, mode)
+    except WorkTimedOut as error:
+        return _rejected(f"validation against this schema {error}; it was stopped")
+    except WorkFailed as error:
+        return _rejected(f"validation against this schema failed: {error}")
+
+
 def _rejected(message: str) -> ValidationReport:
-    """A report for arguments that could not be read at all."""
+    """A report for arguments that could not be read, or checked, at all."""
     return ValidationReport(valid=False, arguments=None, errors=[Issue(path="", message=message)])
 
 
 def _depth_exceeds(value: Any, limit: int) -> bool:
     """Whether containers nest deeper than `limit` (iterative: no recursion on hostile input)."""
+    return _depth(value, limit) > limit
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of containers (1 for a scalar or an empty one), counted up to `limit + 1`."""
+    deepest = 1
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         current, depth = stack.pop()
@@ -183,49 +220,83 @@ def _depth_exceeds(value: Any, limit: int) -> bool:
             continue
         for child in children:
             if isinstance(child, (dict, list)):
-                if depth + 1 > limit:
-                    return True
+                deepest = max(deepest, depth + 1)
+                if deepest > limit:
+                    return deepest
                 stack.append((child, depth + 1))
-    return False
+    return deepest
 
 
-def _repair(
-    instance: dict[str, Any],
-    schema: Any,
-    *,
-    root: dict[str, Any],
-    pointer: str,
-    warnings: list[Issue],
-) -> None:
+def _size(value: Any, limit: int) -> int:
+    """Number of JSON values in `value`, counted up to `limit + 1`."""
+    count, stack = 0, [value]
+    while stack and count <= limit:
+        current = stack.pop()
+        count += 1
+        if isinstance(current, dict):
+            stack.extend(current.values())
+        elif isinstance(current, list):
+            stack.extend(current)
+    return count
+
+
+class _Repair:
     """Lenient repairs, in place, on an object and the objects nested in declared properties.
 
-    Recursion follows the instance, whose depth is already bounded.
+    Bounded: the values added (defaults, counted with everything inside them) total at most
+    MAX_REPAIR_NODES, and nothing is added or visited deeper than MAX_DEPTH; past either bound
+    `_RepairTooLarge` ends the repair. Recursion therefore stops at MAX_DEPTH levels, and the
+    objects visited are at most the input's plus those added.
     """
-    schema = _resolved(schema, root)
-    if not isinstance(schema, dict):
-        return
-    properties = schema.get("properties")
-    properties = properties if isinstance(properties, dict) else {}
 
-    if schema.get("additionalProperties") is False:
-        patterns = [
-            re.compile(p) for p in schema.get("patternProperties", {}) if _is_python_regex(p)
-        ]
-        for name in list(instance):
-            if name not in properties and not any(p.search(name) for p in patterns):
-                del instance[name]
-                message = f"unknown property {name!r} dropped"
-                warnings.append(Issue(path=f"{pointer}/{_escape(name)}", message=message))
+    def __init__(self, root: dict[str, Any], warnings: list[Issue]) -> None:
+        self.root = root
+        self.warnings = warnings
+        self.produced = 0
 
-    for name, subschema in properties.items():
-        subschema = _resolved(subschema, root)
-        if not isinstance(subschema, dict):
-            continue
-        if name not in instance and "default" in subschema:
-            instance[name] = copy.deepcopy(subschema["default"])
-        if isinstance(instance.get(name), dict):
-            nested_pointer = f"{pointer}/{_escape(name)}"
-            _repair(instance[name], subschema, root=root, pointer=nested_pointer, warnings=warnings)
+    def object(self, instance: dict[str, Any], schema: Any, *, pointer: str, depth: int) -> None:
+        schema = _resolved(schema, self.root)
+        if not isinstance(schema, dict):
+            return
+        properties = schema.get("properties")
+        properties = properties if isinstance(properties, dict) else {}
+
+        if schema.get("additionalProperties") is False:
+            patterns = schema.get("patternProperties")
+            patterns = [p for p in patterns if isinstance(p, str)] if isinstance(patterns, dict) else []
+            for name in list(instance):
+                if name not in properties and not any(pattern_matches(p, name) for p in patterns):
+                    del instance[name]
+                    message = f"unknown property {name!r} dropped"
+                    self.warnings.append(Issue(path=f"{pointer}/{escape_token(name)}", message=message))
+
+        for name, declared in properties.items():
+            subschema = _resolved(declared, self.root)
+            if not isinstance(subschema, dict):
+                continue
+            at = f"{pointer}/{escape_token(name)}"
+            # A `default` beside a `$ref` annotates the property itself and wins over the target's.
+            holder = declared if isinstance(declared, dict) and "default" in declared else subschema
+            if name not in instance and "default" in holder:
+                self._fill(instance, name, holder["default"], at, depth)
+            if isinstance(instance.get(name), dict):
+                self.object(instance[name], subschema, pointer=at, depth=depth + 1)
+
+    def _fill(self, instance: dict[str, Any], name: str, default: Any, at: str, depth: int) -> None:
+        room = MAX_REPAIR_NODES - self.produced
+        size = _size(default, room)
+        if size > room:
+            raise _RepairTooLarge(
+                f"lenient repair would add more than {MAX_REPAIR_NODES} JSON values (defaults filled in, "
+                f"reached at {at}); send the arguments explicitly or use strict mode"
+            )
+        if depth + _depth(default, MAX_DEPTH) > MAX_DEPTH:
+            raise _RepairTooLarge(
+                f"lenient repair would nest the arguments deeper than {MAX_DEPTH} levels (at {at}); "
+                "send the arguments explicitly or use strict mode"
+            )
+        self.produced += size
+        instance[name] = copy.deepcopy(default)
 
 
 def _resolved(schema: Any, root: dict[str, Any]) -> Any:
@@ -239,20 +310,15 @@ def _resolved(schema: Any, root: dict[str, Any]) -> Any:
             return schema
         target: Any = root
         for token in (t for t in ref[1:].split("/") if t):
-            token = token.replace("~1", "/").replace("~0", "~")
-            if not isinstance(target, dict) or token not in target:
+            token = unescape_token(token)
+            if isinstance(target, list) and token.isdigit() and int(token) < len(target):
+                target = target[int(token)]
+            elif isinstance(target, dict) and token in target:
+                target = target[token]
+            else:
                 return schema
-            target = target[token]
         schema = target
     return schema
-
-
-def _is_python_regex(pattern: str) -> bool:
-    try:
-        re.compile(pattern)
-    except re.error:
-        return False
-    return True
 
 
 def _issues(error: jsonschema_rs.ValidationError) -> list[Issue]:
@@ -261,39 +327,29 @@ def _issues(error: jsonschema_rs.ValidationError) -> list[Issue]:
     A missing required property and an unexpected property are reported at that property's
     pointer rather than at the enclosing object, so that clients can show them in place.
     """
-    pointer = "".join(f"/{_escape(str(token))}" for token in error.instance_path)
+    pointer = "".join(f"/{escape_token(str(token))}" for token in error.instance_path)
     kind = error.kind
     if isinstance(kind, jsonschema_rs.ValidationErrorKind.Required):
-        return [Issue(path=f"{pointer}/{_escape(str(kind.property))}", message=error.message)]
+        return [Issue(path=f"{pointer}/{escape_token(str(kind.property))}", message=error.message)]
     if isinstance(kind, jsonschema_rs.ValidationErrorKind.AdditionalProperties):
         return [
-            Issue(path=f"{pointer}/{_escape(name)}", message=f"property {name!r} is not allowed")
+            Issue(path=f"{pointer}/{escape_token(name)}", message=f"property {name!r} is not allowed")
             for name in kind.unexpected
         ]
     return [Issue(path=pointer, message=error.message)]
-
-
-def _escape(token: str) -> str:
-    """A JSON pointer reference token (RFC 6901)."""
-    return token.replace("~", "~0").replace("/", "~1")
 
 
 # --- Compiled validators -----------------------------------------------------------------------
 
 
 def compiled_validator(schema: dict[str, Any]) -> jsonschema_rs.Draft202012Validator:
-    """The draft 2020-12 validator for `schema`, compiled once per distinct schema.
-
-    `format` is asserted: capreg treats a new `format` as a breaking change, so it must bind.
-    """
-    return _compiled(canonical_schema(schema))
+    """The draft 2020-12 validator for `schema`, compiled once per distinct schema, through
+    registry.schema_guard (no retrieval, linear-time patterns); SchemaRejected if refused."""
+    return cached_validator(schema)
 
 
-def canonical_schema(schema: dict[str, Any]) -> str:
-    """A schema's canonical JSON text (sorted keys): equal schemas, equal cache keys."""
-    return msgspec.json.encode(schema, order="sorted").decode()
-
-
-@functools.lru_cache(maxsize=1024)
-def _compiled(canonical: str) -> jsonschema_rs.Draft202012Validator:
-    return jsonschema_rs.Draft202012Validator(msgspec.json.decode(canonical), validate_formats=True)
+__all__ = [
+    "ArgumentsUnparseable", "Issue", "MAX_DEPTH", "MAX_REPAIR_NODES", "Mode", "ValidationReport",
+    "canonical_schema", "compiled_validator", "extract_json_object", "validate_arguments",
+    "validate_arguments_bounded",
+]

@@ -2,6 +2,11 @@
 
 The encoding is a JSON array of every field in a fixed order, with `at` as UTC microseconds since the
 epoch, so the chain verifies identically whatever the server's or the verifier's time zone.
+`actorIssuer` and `requestId` (added later) are appended to the array only when either is set, so
+events written before they existed hash exactly as they did (docs/audit.md).
+
+Events never carry text PostgreSQL cannot store: such characters are escaped when the event is built
+(registry.storable), so describing a hostile request can never fail the transaction it is written in.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from datetime import datetime, timezone
 
 import msgspec
 
+from registry.storable import escaped, unstorable
 from registry.wire import Wire
 
 GENESIS_HASH = "0" * 64
@@ -29,6 +35,22 @@ class AuditEvent(Wire):
     scopes: list[str] = []
     reason: str | None = None
     trace_id: str | None = None
+    # The `iss` of the caller's token (None when no caller was authenticated).
+    actor_issuer: str | None = None
+    # The server's own id for the request (the client chooses trace ids, which may collide).
+    request_id: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in _TEXT_FIELDS:
+            value = getattr(self, name)
+            if value is not None and unstorable(value):
+                setattr(self, name, escaped(value))
+        if any(unstorable(s) for s in self.scopes):
+            self.scopes = [escaped(s) for s in self.scopes]
+
+
+_TEXT_FIELDS = ("type", "outcome", "tenant", "actor_tenant", "actor", "on_behalf_of", "ref", "reason", "trace_id",
+                "actor_issuer", "request_id")
 
 
 class AuditRecord(Wire):
@@ -48,6 +70,8 @@ class AuditRecord(Wire):
     trace_id: str | None
     prev_hash: str
     hash: str
+    actor_issuer: str | None = None
+    request_id: str | None = None
 
 
 def _epoch_micros(at: datetime) -> int:
@@ -56,8 +80,7 @@ def _epoch_micros(at: datetime) -> int:
 
 
 def event_hash(prev_hash: str, seq: int, at: datetime, event: AuditEvent) -> str:
-    canonical = msgspec.json.encode(
-        [
+    fields = [
             seq,
             _epoch_micros(at),
             event.tenant,
@@ -70,8 +93,10 @@ def event_hash(prev_hash: str, seq: int, at: datetime, event: AuditEvent) -> str
             event.outcome,
             event.reason,
             event.trace_id,
-        ]
-    )
+    ]
+    if event.actor_issuer is not None or event.request_id is not None:
+        fields += [event.actor_issuer, event.request_id]
+    canonical = msgspec.json.encode(fields)
     return hashlib.sha256(prev_hash.encode() + b"\n" + canonical).hexdigest()
 
 
@@ -80,7 +105,8 @@ def record_hash(record: AuditRecord) -> str:
     event = AuditEvent(
         type=record.type, outcome=record.outcome, tenant=record.tenant, actor_tenant=record.actor_tenant,
         actor=record.actor, on_behalf_of=record.on_behalf_of, ref=record.ref, scopes=list(record.scopes),
-        reason=record.reason, trace_id=record.trace_id,
+        reason=record.reason, trace_id=record.trace_id, actor_issuer=record.actor_issuer,
+        request_id=record.request_id,
     )
     return event_hash(record.prev_hash, record.seq, record.at, event)
 
@@ -119,11 +145,3 @@ class ChainVerifier:
             self.count += 1
         return self.broken
 
-
-def verify_chain(records, *, start_seq: int = 1, start_hash: str = GENESIS_HASH) -> ChainBreak | None:
-    """Walk records in seq order; the first record that does not link or hash correctly, else None."""
-    verifier = ChainVerifier(start_seq=start_seq, start_hash=start_hash)
-    for record in records:
-        if verifier.feed(record) is not None:
-            return verifier.broken
-    return None

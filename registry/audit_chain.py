@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -47,12 +47,16 @@ class VerifyReport(msgspec.Struct):
     breach: ChainBreak | None
 
 
+PROGRESS_EVERY = 1000
+
+
 async def verify_stored_chain(
     conn: asyncpg.Connection,
     keys: Mapping[str, Any],
     *,
     external: list[Checkpoint] = (),
     batch: int = 5000,
+    progress: Callable[[int, int], None] | None = None,
 ) -> VerifyReport:
     """Recompute every link from genesis, then hold the end of the log against the head row, the
     latest stored signed checkpoint and any `external` ones (kept outside the database by a monitor).
@@ -70,6 +74,8 @@ async def verify_stored_chain(
     seen = {0: GENESIS_HASH}
     verifier = ChainVerifier()
     async for record in audit_queries.iter_all(conn, batch, upto=max([head_seq, *wanted])):
+        if progress is not None and record.seq % PROGRESS_EVERY == 0:
+            progress(record.seq, head_seq)  # (events checked up to seq, head seq): for a progress bar
         if verifier.feed(record) is not None:
             return VerifyReport(verifier.count, head_seq, [c.seq for c in checkpoints], verifier.broken)
         if record.seq in wanted:

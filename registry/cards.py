@@ -41,7 +41,6 @@ LEGACY_SECURITY_SCHEME_FIELDS = {
 # A2A requires non-empty default modes; capreg skills are described by JSON Schemas.
 FALLBACK_MODES = ["application/json"]
 
-OPENAI_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 OPENAI_NAME_MAX = 64
 OPENAI_NAME_HASH_CHARS = 8
 OPENAI_NAME_DISALLOWED = re.compile(r"[^a-zA-Z0-9_-]")

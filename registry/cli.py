@@ -1,9 +1,12 @@
-"""The `capreg` command: serve, migrate, token mint, keys rotate, register, audit verify|checkpoint, openapi."""
+"""The `capreg` command: serve, migrate, token mint, keys rotate, audit verify|checkpoint, openapi; the
+commands that go through the HTTP API (register, discover, detail, ticket, audit grants|events) are in
+registry.cli_http."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import sys
@@ -13,6 +16,8 @@ from pathlib import Path
 
 import msgspec
 
+from registry.cli_http import add_http_commands, run_http
+from registry.cli_http import register as http_register
 from registry.config import Settings, load_settings
 
 OPENAPI_PATH = Path("openapi/openapi.json")
@@ -125,40 +130,19 @@ def cmd_keys_rotate(args: argparse.Namespace, settings: Settings) -> int:
 
     # The old key stays published for --keep-seconds (caller tokens it signed) and, whatever that is,
     # until the last ticket it signed has expired: the database knows those (db/keys.py), exactly.
+    # --keep-seconds 0 removes it at once (a leaked key): every token and ticket it signed stops working.
     keep = timedelta(seconds=max(0, args.keep_seconds))
 
     async def work(conn):
         return await rotate_key(conn, keep)
 
     kid = asyncio.run(_with_database(settings, work))
-    print(f"new signing key {kid}; the previous key stays in the JWKS for at least {int(keep.total_seconds())} s "
-          "and until the last ticket it signed has expired")
+    if not keep:
+        print(f"new signing key {kid}; the previous key is removed: its tokens and tickets no longer verify")
+    else:
+        print(f"new signing key {kid}; the previous key stays in the JWKS for at least {int(keep.total_seconds())} s "
+              "and until the last ticket it signed has expired")
     return 0
-
-
-def cmd_register(args: argparse.Namespace, settings: Settings) -> int:
-    import httpx
-
-    from registry.client import RegistryClient
-
-    url = os.environ.get("CAPREG_URL", f"http://{settings.host}:{settings.port}")
-    token = os.environ.get("CAPREG_TOKEN")
-    if not token:
-        print("CAPREG_TOKEN is not set (mint one with: capreg token mint ...)", file=sys.stderr)
-        return 2
-    try:
-        card = Path(args.file).read_bytes()
-    except OSError as exc:
-        print(f"cannot read {args.file}: {exc.strerror}", file=sys.stderr)
-        return 2
-    try:
-        with RegistryClient(url, token) as client:
-            response = client.register(args.tenant, args.agent_id, card)
-    except httpx.HTTPError as exc:
-        print(f"cannot reach capreg at {url}: {exc}", file=sys.stderr)
-        return 2
-    print(response.text)
-    return 0 if response.is_success else 1
 
 
 def cmd_audit_verify(args: argparse.Namespace, settings: Settings) -> int:
@@ -173,21 +157,43 @@ def cmd_audit_verify(args: argparse.Namespace, settings: Settings) -> int:
         print(f"cannot read checkpoint file: {exc}", file=sys.stderr)
         return 2
 
-    async def work(conn):
-        keys = jwks_keys(await every_public_key(conn))
-        return await verify_stored_chain(conn, keys, external=external)
+    with _verify_progress() as progress:
 
-    try:
-        report = asyncio.run(_with_database(settings, work))
-    except Exception as exc:  # exit 1 means tampered: an unreachable database must not look like that
-        print(f"cannot check the audit log: {exc!r}", file=sys.stderr)
-        return 2
+        async def work(conn):
+            keys = jwks_keys(await every_public_key(conn))
+            return await verify_stored_chain(conn, keys, external=external, progress=progress)
+
+        try:
+            report = asyncio.run(_with_database(settings, work))
+        except Exception as exc:  # exit 1 means tampered: an unreachable database must not look like that
+            print(f"cannot check the audit log: {exc!r}", file=sys.stderr)
+            return 2
     if report.breach is not None:
         print(f"audit chain broken at seq {report.breach.seq}: {report.breach.problem}")
         return 1
     against = ", ".join(str(seq) for seq in report.checkpoints) or "none yet"
     print(f"audit chain intact: {report.events} events, head seq {report.head_seq}; signed checkpoints matched: {against}")
     return 0
+
+
+@contextlib.contextmanager
+def _verify_progress():
+    """A rich progress bar on stderr when it is a terminal (long logs take a while), else nothing;
+    yields the callback verify_stored_chain reports to."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("checking the audit chain"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("verify", total=None)
+
+        def progress(seq: int, head: int) -> None:
+            bar.update(task, completed=seq, total=head)
+
+        yield progress
 
 
 def cmd_audit_checkpoint(args: argparse.Namespace, settings: Settings) -> int:
@@ -230,6 +236,27 @@ def cmd_openapi(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
+    """An MCP stdio server forwarding to a registry's /mcp (for clients that only launch local servers)."""
+    from registry.mcp_bridge import run_bridge
+
+    url = args.url or os.environ.get("CAPREG_URL") or f"http://{settings.host}:{settings.port}"
+    token = args.token or os.environ.get("CAPREG_TOKEN") or None
+    try:
+        return asyncio.run(run_bridge(url, token))
+    except KeyboardInterrupt:
+        return 0
+
+
+def add_mcp_command(commands) -> None:
+    mcp = commands.add_parser(
+        "mcp", help="MCP stdio server forwarding to a registry's /mcp endpoint (CAPREG_URL, CAPREG_TOKEN)",
+    )
+    mcp.add_argument("--url", help="registry base URL (default: CAPREG_URL, else this machine's capreg serve)")
+    mcp.add_argument("--token", help="bearer token sent to the registry (default: CAPREG_TOKEN; none: anonymous)")
+    mcp.set_defaults(run=cmd_mcp)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="capreg", description="Capability registry for AI agents")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -255,14 +282,15 @@ def build_parser() -> argparse.ArgumentParser:
     rotate = keys.add_parser("rotate", help="make a new signing key current")
     rotate.add_argument("--keep-seconds", type=int, default=3600,
                         help="keep the previous key published at least this long, for the caller tokens it "
-                             "signed (default 3600); it also stays until the last ticket it signed has expired")
+                             "signed (default 3600); it also stays until the last ticket it signed has expired. "
+                             "0 removes it at once, with every token and ticket it signed")
     rotate.set_defaults(run=cmd_keys_rotate)
 
     register = commands.add_parser("register", help="register an agent card file (CAPREG_URL, CAPREG_TOKEN)")
     register.add_argument("file")
     register.add_argument("--tenant", required=True)
     register.add_argument("--agent-id", required=True)
-    register.set_defaults(run=cmd_register)
+    register.set_defaults(run=run_http(http_register))
 
     audit = commands.add_parser("audit", help="audit log").add_subparsers(dest="audit_command", required=True)
     verify = audit.add_parser("verify", help="recompute the hash chain; non-zero exit names the first bad seq")
@@ -273,10 +301,13 @@ def build_parser() -> argparse.ArgumentParser:
         run=cmd_audit_checkpoint
     )
 
+    add_http_commands(commands, audit)
+
     openapi = commands.add_parser("openapi", help="write (or --check) openapi/openapi.json")
     openapi.add_argument("--check", action="store_true")
     openapi.add_argument("--output", default=str(OPENAPI_PATH))
     openapi.set_defaults(run=cmd_openapi)
+    add_mcp_command(commands)
     return parser
 
 

@@ -1,7 +1,7 @@
 """Compatibility of two versions of a capability (skill): the changes that break existing callers.
 
-Owns the rules of contract section 2: `check_compatibility(old, new)` compares two skills in the
-contract's camelCase shape and lists every breaking change; an empty list means compatible. Pure:
+Owns the compatibility rules of docs/api.md#compatibility: `check_compatibility(old, new)` compares two skills in the
+registration's camelCase shape and lists every breaking change; an empty list means compatible. Pure:
 no I/O. The same verdict serves publishing (409 `incompatible_change`) and `POST /v1/compatibility`.
 
 Schemas are compared by subsumption. The input schema is contravariant (the new one must accept
@@ -25,13 +25,13 @@ output. Each finding has a category; the direction turns it into a kind:
 
 Skill fields: `scope_added`, `side_effect_raised`, `approval_required`, `data_regions_changed`.
 
-Kinds beyond the contract's list, documented here: `const_changed` (a `const` added or changed),
+Kinds beyond the list in docs/api.md#compatibility, documented here: `const_changed` (a `const` added or changed),
 `bound_loosened`, `pattern_removed`, `format_removed`, `additional_properties_widened` and
 `output_property_added` (the output directions of the input kinds). `uniqueItems` turned on is a
 `bound_tightened`; a subschema that became `false` is a `type_narrowed` (input) or, in output, one
 that was `false` and now allows values is a `type_widened`.
 
-Deliberate rules beyond pure subsumption (the contract's, or the common practice of schema registries):
+Deliberate rules beyond pure subsumption (docs/api.md#compatibility, or the common practice of schema registries):
 - Input: adding an optional property to an object is compatible even when the object is open (old
   callers are assumed not to send properties the old schema did not declare).
 - Input: a new required property with a `default` is compatible (lenient validation fills it in).
@@ -63,7 +63,8 @@ from urllib.parse import unquote
 
 import msgspec
 
-from registry.records import SIDE_EFFECT_ORDER
+from registry.json_pointer import escape_token, unescape_token
+from registry.records import SIDE_EFFECT_ORDER, approval_required
 
 Direction = Literal["input", "output"]
 
@@ -138,8 +139,7 @@ def _side_effect_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list
 
 
 def _requires_approval(skill: Mapping[str, Any]) -> bool:
-    explicit = skill.get("requiresApproval")
-    return explicit if isinstance(explicit, bool) else skill.get("sideEffect") == "destructive"
+    return approval_required(skill.get("sideEffect"), skill.get("requiresApproval"))
 
 
 def _approval_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[BreakingChange]:
@@ -296,7 +296,7 @@ def _resolve_pointer(root: Any, ref: Any) -> tuple[Any, str | None]:
         return None, f"anchor reference {ref!r} cannot be compared"
     node = root
     for token in fragment[1:].split("/"):
-        token = token.replace("~1", "/").replace("~0", "~")
+        token = unescape_token(token)
         if isinstance(node, Mapping) and token in node:
             node = node[token]
         elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
@@ -1030,7 +1030,7 @@ class _SchemaComparison:
                     dropped.add(name)
                     findings.append(
                         (
-                            f"{path}/properties/{_escape(name)}",
+                            f"{path}/properties/{escape_token(name)}",
                             "dropped_property",
                             f"output property {name!r} was removed",
                         )
@@ -1038,7 +1038,7 @@ class _SchemaComparison:
                     continue
                 if not narrow_schemas and not patterned:
                     continue  # input: a new optional property (see the module docstring)
-            findings += self.covers(schema, narrow_schemas, f"{path}/properties/{_escape(name)}", depth + 1)
+            findings += self.covers(schema, narrow_schemas, f"{path}/properties/{escape_token(name)}", depth + 1)
 
         narrow_required = {
             r for n in narrow if isinstance(n.get("required"), list) for r in n["required"] if isinstance(r, str)
@@ -1048,10 +1048,10 @@ class _SchemaComparison:
                 continue
             property_schema = wide_properties.get(name)
             if self.direction == "input" and isinstance(property_schema, Mapping) and "default" in property_schema:
-                continue  # a default fills it in (contract: "new required property without a default")
+                continue  # a default fills it in (docs/api.md#compatibility: "a new required property without a default")
             findings.append(
                 (
-                    f"{path}/properties/{_escape(name)}",
+                    f"{path}/properties/{escape_token(name)}",
                     "required",
                     self._say(
                         f"property {name!r} is now required and has no default",
@@ -1102,7 +1102,7 @@ class _SchemaComparison:
                 for n in narrow
                 if isinstance(n.get("properties"), Mapping) and name in n["properties"]
             ]
-            at = f"{path}/properties/{_escape(name)}"
+            at = f"{path}/properties/{escape_token(name)}"
             sub = self.covers(wide_additional, schemas, at, depth + 1)
             if not sub:
                 continue
@@ -1179,10 +1179,6 @@ class _SchemaComparison:
                     (f"{path}/{keyword}", "undecidable", f"{keyword} in a changed schema cannot be compared")
                 )
         return findings
-
-
-def _escape(name: str) -> str:
-    return name.replace("~", "~0").replace("/", "~1")
 
 
 def _tightest(narrow: list[Mapping[str, Any]], inclusive: str, exclusive: str, pick: Any) -> tuple[float, bool] | None:

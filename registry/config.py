@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 
 import msgspec
 
-
-class TrustedIssuer(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
-    """An external identity provider whose tokens capreg accepts (CAPREG_TRUSTED_ISSUERS)."""
-
-    issuer: str
-    jwks_url: str | None = None
-    jwks_file: str | None = None
-    algorithms: list[str] = msgspec.field(default_factory=lambda: ["RS256", "ES256", "EdDSA"])
-
+from auth.issuers import TrustedIssuer
 
 class Settings(msgspec.Struct, kw_only=True):
     database_url: str | None = None
@@ -34,6 +27,9 @@ class Settings(msgspec.Struct, kw_only=True):
     pool_min: int = 2
     pool_max: int = 10
     checkpoint_interval: int = 300  # seconds between signed audit checkpoints; 0 disables
+    # Proxies (addresses or CIDR networks) whose X-Forwarded-For names the client; none by default.
+    trusted_proxies: list[str] = []
+    retention_days: int = 30  # expired idempotency keys and old approvals are pruned after this
 
 
 def _number(env: dict[str, str], name: str, default, kind=int):
@@ -49,14 +45,13 @@ def _number(env: dict[str, str], name: str, default, kind=int):
 def load_settings(env: dict[str, str] | None = None) -> Settings:
     """Read settings from the environment (or a given mapping, for tests)."""
     env = dict(os.environ if env is None else env)
-    issuers_raw = env.get("CAPREG_TRUSTED_ISSUERS", "").strip()
-    try:
-        issuers = msgspec.json.decode(issuers_raw, type=list[TrustedIssuer]) if issuers_raw else []
-    except msgspec.DecodeError as exc:
-        raise SystemExit(f"CAPREG_TRUSTED_ISSUERS is not a valid issuer list: {exc}") from None
-    for trusted in issuers:
-        if bool(trusted.jwks_url) == bool(trusted.jwks_file):
-            raise SystemExit(f"trusted issuer {trusted.issuer!r} needs exactly one of jwksUrl or jwksFile")
+    issuers = trusted_issuers(env.get("CAPREG_TRUSTED_ISSUERS", "").strip())
+    proxies = [p.strip() for p in (env.get("CAPREG_TRUSTED_PROXIES") or "").split(",") if p.strip()]
+    for proxy in proxies:
+        try:
+            ipaddress.ip_network(proxy, strict=False)
+        except ValueError:
+            raise SystemExit(f"CAPREG_TRUSTED_PROXIES: {proxy!r} is not an IP address or network") from None
     return Settings(
         database_url=env.get("DATABASE_URL") or None,
         home=Path(env.get("CAPREG_HOME") or ".capreg"),
@@ -74,4 +69,35 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         pool_min=_number(env, "CAPREG_POOL_MIN", 2),
         pool_max=_number(env, "CAPREG_POOL_MAX", 10),
         checkpoint_interval=_number(env, "CAPREG_CHECKPOINT_INTERVAL", 300),
+        trusted_proxies=proxies,
+        retention_days=_number(env, "CAPREG_RETENTION_DAYS", 30),
     )
+
+
+def trusted_issuers(raw: str) -> list[TrustedIssuer]:
+    """CAPREG_TRUSTED_ISSUERS: a JSON array of issuers; a configuration error stops start-up with a
+    message naming the issuer and what it lacks."""
+    if not raw:
+        return []
+    try:
+        entries = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise SystemExit(f"CAPREG_TRUSTED_ISSUERS is not valid JSON: {exc}") from None
+    if not isinstance(entries, list):
+        raise SystemExit("CAPREG_TRUSTED_ISSUERS must be a JSON array of issuers")
+    for entry in entries:
+        if isinstance(entry, dict) and "tenants" not in entry:
+            raise SystemExit(
+                f"trusted issuer {entry.get('issuer')!r} has no \"tenants\": list the tenants it may speak for, "
+                'or ["*"] for every tenant'
+            )
+    try:
+        issuers = msgspec.convert(entries, type=list[TrustedIssuer])
+    except msgspec.ValidationError as exc:
+        raise SystemExit(f"CAPREG_TRUSTED_ISSUERS is not a valid issuer list: {exc}") from None
+    for trusted in issuers:
+        if bool(trusted.jwks_url) == bool(trusted.jwks_file):
+            raise SystemExit(f"trusted issuer {trusted.issuer!r} needs exactly one of jwksUrl or jwksFile")
+        if not trusted.tenants or not all(isinstance(t, str) and t for t in trusted.tenants):
+            raise SystemExit(f"trusted issuer {trusted.issuer!r}: \"tenants\" must name at least one tenant, or \"*\"")
+    return issuers

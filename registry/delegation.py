@@ -1,4 +1,4 @@
-"""Delegation tickets end to end (contract section 5): resolving the capability a ticket is asked for,
+"""Delegation tickets end to end (docs/api.md#tickets): resolving the capability a ticket is asked for,
 verifying a parent ticket, applying the narrowing rules of auth.policy, then signing (auth.tickets),
 storing and auditing in one transaction. Approvals and Idempotency-Key replays reuse the same steps.
 
@@ -39,12 +39,13 @@ from db import tickets as ticket_queries
 from db.group_commit import WriteScope
 from registry.audit import AuditEvent
 from registry.discovery import capability_ref
-from registry.problems import ErrorItem, ProblemError, decode_error_item, invalid_request, json_pointer, not_found
+from registry.problems import ErrorItem, ProblemError, invalid_request, json_pointer, not_found
 from registry.service import Registry
 from registry.skill_records import skill_record
 from registry.release import NOT_FOUND_DETAIL, choose_version, parse_version_request
 from registry.release import refusal as release_refusal
 from registry.versions import InvalidRange
+from registry.tracing import current_request_id
 from registry.wire import Wire
 
 # Used when a request names no ttlSeconds (capped by CAPREG_TICKET_MAX_TTL).
@@ -55,15 +56,23 @@ IDEMPOTENCY_KEY_MAX_LENGTH = 255
 PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
 
 
+# Field shapes shared by POST /v1/tickets and the MCP tool `request_ticket`.
+RequestedScopes = Annotated[list[Annotated[str, msgspec.Meta(max_length=256)]], msgspec.Meta(max_length=64)]
+RequestedResources = Annotated[
+    list[Annotated[str, msgspec.Meta(pattern=PRINTABLE, max_length=512)]], msgspec.Meta(max_length=256)
+]
+OnBehalfOf = Annotated[str, msgspec.Meta(pattern=PRINTABLE, max_length=256)]
+
+
 class TicketRequestBody(Wire, forbid_unknown_fields=True):
     """POST /v1/tickets body. Shapes and types here; value rules in auth.policy.validate_ticket_request."""
 
     audience: Annotated[str, msgspec.Meta(max_length=129, description="target agent ref 'tenant/agentId'")]
     skill: Annotated[str, msgspec.Meta(max_length=256, description="capability (skill) id")]
-    scopes: Annotated[list[Annotated[str, msgspec.Meta(max_length=256)]], msgspec.Meta(max_length=64)]
+    scopes: RequestedScopes
     version: Annotated[str, msgspec.Meta(max_length=256, description="exact version, 'latest' or a range")] = "latest"
-    resources: Annotated[list[Annotated[str, msgspec.Meta(pattern=PRINTABLE, max_length=512)]], msgspec.Meta(max_length=256)] = []
-    on_behalf_of: Annotated[str, msgspec.Meta(pattern=PRINTABLE, max_length=256)] | None = None
+    resources: RequestedResources = []
+    on_behalf_of: OnBehalfOf | None = None
     ttl_seconds: int | None = None
     max_depth: int = 0
     parent_ticket: Annotated[str, msgspec.Meta(max_length=16384)] | None = None
@@ -131,13 +140,6 @@ class AlreadyCollected(Exception):
 # Request parsing
 
 
-def decode_body(raw: bytes) -> TicketRequestBody:
-    try:
-        return msgspec.json.decode(raw, type=TicketRequestBody)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise invalid_request("the ticket request is malformed", [decode_error_item(exc)]) from None
-
-
 def ticket_request(body: TicketRequestBody, *, max_ttl: int) -> TicketRequest:
     ttl = body.ttl_seconds if body.ttl_seconds is not None else min(DEFAULT_TTL_SECONDS, max_ttl)
     return TicketRequest(
@@ -188,12 +190,17 @@ async def refuse(
     trace_id: str | None,
     event_type: str = "ticket.denied",
 ) -> ProblemError:
-    """Audit a refusal in its own transaction and return the error to raise."""
+    """Audit a refusal of an authenticated caller in its own transaction and return the error to raise.
+
+    Without a caller nothing is written: who asked is unknown, and anyone could grow the chain.
+    An error already audited where it was raised (registry.request_guard) is not audited twice.
+    """
+    if caller is None or getattr(error, "audited", False):
+        return error
     await registry.writes.record([AuditEvent(
-        type=event_type, outcome="denied", tenant=tenant,
-        actor_tenant=caller.tenant if caller else None, actor=caller.sub if caller else None,
-        on_behalf_of=on_behalf_of, ref=ref, scopes=sorted(set(scopes)),
-        reason=error.reason or error.code, trace_id=trace_id,
+        type=event_type, outcome="denied", tenant=tenant, actor_tenant=caller.tenant, actor=caller.sub,
+        actor_issuer=caller.issuer, on_behalf_of=on_behalf_of, ref=ref, scopes=sorted(set(scopes)),
+        reason=error.reason or error.code, trace_id=trace_id, request_id=current_request_id(),
     )])
     return error
 
@@ -202,23 +209,18 @@ async def refuse(
 # Evaluation
 
 
-_VERIFIED_TICKETS_MAX = 10_000
-
-
 async def verified_ticket(registry: Registry, token: str) -> TicketClaims:
     """Verify a ticket with capreg's keyring, reloading keys once when its kid is new to this process.
 
-    Verified claims are kept by the whole token string until they expire: agents introspect the
-    same ticket on every call, and an EdDSA verification costs more than the rest of the check.
+    Verified claims are kept in the registry's one verified-token cache (auth.tokens.VerifiedTokens)
+    until they expire, and served only while their key is still in the keyring: agents introspect
+    the same ticket on every call, and an EdDSA verification costs more than the rest of the check.
     Revocation and retirement are not cached: callers check them in the database every time.
     """
-    cache = registry.verified_tickets
-    cached = cache.get(token)
+    now = time.time()
+    cached = registry.verified.get(token, "ticket", now, registry.verifier.key_present)
     if cached is not None:
-        claims, kid = cached
-        # A key that left the keyring takes its tickets with it, cached or not.
-        if claims.exp > time.time() and kid in registry.keyring.public:
-            return claims
+        return cached
     try:
         claims = verify_ticket(token, registry.keyring, issuer=registry.settings.issuer)
     except InvalidTicket as exc:
@@ -226,9 +228,8 @@ async def verified_ticket(registry: Registry, token: str) -> TicketClaims:
             raise
         await registry.refresh_keyring()
         claims = verify_ticket(token, registry.keyring, issuer=registry.settings.issuer)
-    if len(cache) >= _VERIFIED_TICKETS_MAX:
-        cache.pop(next(iter(cache)))
-    cache[token] = (claims, jwt.get_unverified_header(token)["kid"])
+    registry.verified.put(token, "ticket", claims, iss=registry.settings.issuer,
+                          kid=jwt.get_unverified_header(token)["kid"], exp=claims.exp)
     return claims
 
 
@@ -238,7 +239,7 @@ async def resolve_target(registry: Registry, caller: Caller, req: TicketRequest)
     Resolution is detail release's (registry.release), so `latest` and ranges name the same version
     for a ticket as for the schemas. The caller must be able to see the version in detail: visible
     to its tenant and, asked for exactly, not retired. Detail release's scope rule is replaced by the
-    ticket's subset rule, and data regions are not a ticket check (the contract lists the ticket
+    ticket's subset rule, and data regions are not a ticket check (docs/api.md#request-a-ticket lists the ticket
     checks; regions gate who receives schemas and endpoints, not who may delegate a call).
     """
     tenant, _, agent_id = req.audience.partition("/")
@@ -266,7 +267,7 @@ async def resolve_target(registry: Registry, caller: Caller, req: TicketRequest)
 async def evaluate(
     registry: Registry, caller: Caller, req: TicketRequest, parent_token: str | None, *, trace_id: str | None
 ) -> Plan:
-    """Every check of a ticket request, in contract order; a refusal is audited, then raised."""
+    """Every check of a ticket request, in the order of docs/api.md#request-a-ticket; a refusal is audited, then raised."""
     now = int(time.time())
     requested_ref = f"{req.audience}/{req.skill}@{req.version}"
     context = dict(caller=caller, tenant=req.audience.partition("/")[0], ref=requested_ref, scopes=req.scopes,
@@ -341,7 +342,8 @@ async def mint(
     )
     event = AuditEvent(
         type="ticket.granted", outcome="allowed", tenant=target.tenant, actor_tenant=caller.tenant, actor=caller.sub,
-        on_behalf_of=grant.on_behalf_of, ref=target.ref, scopes=list(grant.scopes), trace_id=trace_id,
+        actor_issuer=caller.issuer, on_behalf_of=grant.on_behalf_of, ref=target.ref, scopes=list(grant.scopes),
+        trace_id=trace_id, request_id=current_request_id(),
     )
 
     row = {
@@ -388,6 +390,61 @@ async def mint(
 
 
 # ---------------------------------------------------------------------------
+# A ticket request end to end
+
+
+class TicketAnswer(msgspec.Struct, frozen=True):
+    """What a ticket request answers: 201 a ticket, 202 a pending approval, 200 (or the first
+    answer's 202) for an Idempotency-Key replay; `body` as JSON builtins."""
+
+    status: int
+    body: dict[str, Any]
+
+
+async def _replay(registry: Registry, caller: Caller, idempotency: Idempotency, trace_id: str | None) -> TicketAnswer | None:
+    """The recorded answer for an Idempotency-Key (200 for a ticket), 409 for another body, None if unseen."""
+    row = await ticket_queries.stored_response(registry.pool, idempotency.principal, idempotency.key)
+    if row is None or row["status_code"] is None:
+        return None
+    if row["body_hash"] != idempotency.body_hash:
+        raise await refuse(
+            registry, ProblemError(409, "idempotency_mismatch", "this Idempotency-Key was used with another request body"),
+            caller=caller, trace_id=trace_id,
+        )
+    return TicketAnswer(status=200 if row["status_code"] == 201 else row["status_code"], body=row["response"])
+
+
+async def request_ticket(
+    registry: Registry, caller: Caller, body: TicketRequestBody, *, idempotency_key: str | None, trace_id: str | None
+) -> TicketAnswer:
+    """A ticket request of an authenticated caller, as POST /v1/tickets and the MCP tool
+    `request_ticket` both make it: checked, narrowed, minted or sent for approval, audited."""
+    max_ttl = registry.settings.ticket_max_ttl
+    try:
+        req = ticket_request(body, max_ttl=max_ttl)
+        check_request(req, max_ttl=max_ttl)
+        idempotency = idempotency_of(caller, idempotency_key, body)
+    except ProblemError as error:
+        raise await refuse(registry, error, caller=caller, trace_id=trace_id) from None
+
+    if idempotency is not None and (replayed := await _replay(registry, caller, idempotency, trace_id)) is not None:
+        return replayed
+    plan = await evaluate(registry, caller, req, body.parent_ticket, trace_id=trace_id)
+    try:
+        if plan.target.requires_approval:
+            view = await request_approval(registry, plan, body, trace_id=trace_id, idempotency=idempotency)
+            return TicketAnswer(status=202, body=msgspec.to_builtins(view))
+        ticket = await mint(registry, plan, trace_id=trace_id, idempotency=idempotency)
+        return TicketAnswer(status=201, body=msgspec.to_builtins(ticket))
+    except IdempotencyKeyTaken:
+        assert idempotency is not None
+        replayed = await _replay(registry, caller, idempotency, trace_id)
+        if replayed is None:  # the other request's answer is gone already (over 24 h): cannot happen in practice
+            raise ProblemError(409, "idempotency_mismatch", "this Idempotency-Key is in use") from None
+        return replayed
+
+
+# ---------------------------------------------------------------------------
 # Approvals
 
 
@@ -408,6 +465,11 @@ async def request_approval(
     stored = msgspec.to_builtins(body)
     if grant.parent is not None:
         stored["parent"] = grant.parent
+    event = AuditEvent(
+        type="approval.requested", outcome="allowed", tenant=target.tenant, actor_tenant=caller.tenant,
+        actor=caller.sub, actor_issuer=caller.issuer, on_behalf_of=grant.on_behalf_of, ref=target.ref,
+        scopes=list(grant.scopes), trace_id=trace_id, request_id=current_request_id(),
+    )
 
     async def write(scope: WriteScope) -> None:
         conn = scope.conn
@@ -422,11 +484,7 @@ async def request_approval(
             "scopes": list(grant.scopes), "request": stored,
             "expires_at": _at(plan.now) + timedelta(seconds=registry.settings.approval_ttl),
         })
-        scope.audit(AuditEvent(
-            type="approval.requested", outcome="allowed", tenant=target.tenant, actor_tenant=caller.tenant,
-            actor=caller.sub, on_behalf_of=grant.on_behalf_of, ref=target.ref, scopes=list(grant.scopes),
-            trace_id=trace_id,
-        ))
+        scope.audit(event)
         if idempotency is not None:
             await ticket_queries.store_response(
                 conn, idempotency.principal, idempotency.key, 202, msgspec.to_builtins(view)

@@ -1,4 +1,5 @@
-"""Discovery: public capability views, query parameters, cursors and ETags.
+"""Discovery: public capability views, query parameters, cursors and ETags, and the one function
+that answers a discovery question (`discovery_page`) for the HTTP route and the MCP tool alike.
 
 Public views are built from rows that never contain schemas, examples or endpoints, so nothing
 gated can leak through discovery by construction.
@@ -6,18 +7,39 @@ gated can leak through discovery by construction.
 
 from __future__ import annotations
 
-import base64
 import hashlib
-from typing import Literal
+import re
+import time
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Literal
 
 import asyncpg
 import msgspec
 
-from registry.problems import ErrorItem, invalid_request
-from registry.records import SIDE_EFFECT_ORDER, CapabilityVersion, PublicCapability, Slo
+from auth.principal import Caller
+from db import capabilities as capability_queries
+from registry.cursors import decode_cursor, encode_cursor
+from registry.problems import ErrorItem, ProblemError, invalid_request
+from registry.records import (
+    AGENT_ID_PATTERN,
+    SIDE_EFFECT_ORDER,
+    SKILL_ID_MAX_LENGTH,
+    SKILL_ID_PATTERN,
+    TENANT_PATTERN,
+    CapabilityVersion,
+    PublicCapability,
+    Slo,
+)
+from registry.response_cache import CachedResponse, expiry
 from registry.wire import Wire
 
+if TYPE_CHECKING:
+    from registry.service import Registry
+
 MAX_LIMIT = 200
+DEFAULT_LIMIT = 50
+QUERY_MAX_LENGTH = 256
+REGION_MAX_LENGTH = 32
 
 
 class DiscoveryPage(Wire):
@@ -26,7 +48,7 @@ class DiscoveryPage(Wire):
 
 
 class AgentView(Wire):
-    """The agent public view (contract section 2)."""
+    """The agent public view (docs/api.md#agent-views-and-cards)."""
 
     tenant: str
     agent_id: str
@@ -44,6 +66,42 @@ class AgentView(Wire):
 
 def capability_ref(tenant: str, agent_id: str, skill_id: str, version: str) -> str:
     return f"{tenant}/{agent_id}/{skill_id}@{version}"
+
+
+class RefParts(msgspec.Struct, frozen=True):
+    tenant: str
+    agent_id: str
+    skill_id: str
+    version: str
+
+
+_REF_PARTS = (
+    ("tenant", re.compile(TENANT_PATTERN), 64),
+    ("agentId", re.compile(AGENT_ID_PATTERN), 64),
+    ("skill", re.compile(SKILL_ID_PATTERN), SKILL_ID_MAX_LENGTH),
+)
+VERSION_REQUEST_MAX_LENGTH = 256
+
+
+def parse_capability_ref(ref: str, *, path: str = "/ref") -> RefParts:
+    """`tenant/agentId/skill@version` (the version exact, `latest` or a range; `@...` absent means
+    `latest`) in its parts; invalid_request naming `path` when it is not one."""
+
+    def bad(message: str) -> ProblemError:
+        return invalid_request("not a capability ref 'tenant/agentId/skill@version'", [ErrorItem(path=path, message=message)])
+
+    head, at, version = ref.partition("@")
+    if not at:
+        version = "latest"
+    if not version or len(version) > VERSION_REQUEST_MAX_LENGTH:
+        raise bad(f"the version after '@' must be 1 to {VERSION_REQUEST_MAX_LENGTH} characters")
+    parts = head.split("/")
+    if len(parts) != 3:
+        raise bad("expected three '/'-separated parts before '@': tenant, agent id and skill id")
+    for value, (name, pattern, max_length) in zip(parts, _REF_PARTS):
+        if len(value) > max_length or not pattern.fullmatch(value):
+            raise bad(f"{name} {value[:80]!r} is not valid")
+    return RefParts(tenant=parts[0], agent_id=parts[1], skill_id=parts[2], version=version)
 
 
 def _version_fields(row: asyncpg.Record) -> dict:
@@ -94,18 +152,8 @@ def agent_view(agent: asyncpg.Record, skills: list[asyncpg.Record]) -> AgentView
     )
 
 
-def encode_cursor(row: asyncpg.Record) -> str:
-    key = [row["tenant"], row["agent_id"], row["skill_id"], row["version_key"]]
-    return base64.urlsafe_b64encode(msgspec.json.encode(key)).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[str, str, str, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        key = msgspec.json.decode(raw, type=tuple[str, str, str, str])
-    except (ValueError, msgspec.DecodeError):
-        raise invalid_request("cursor is not one this registry issued", [ErrorItem(path="cursor", message="invalid cursor")]) from None
-    return key
+def page_cursor(row: asyncpg.Record) -> str:
+    return encode_cursor([row["tenant"], row["agent_id"], row["skill_id"], row["version_key"]])
 
 
 def side_effect_rank(value: str | None) -> int | None:
@@ -146,3 +194,69 @@ def capability_version(row: asyncpg.Record) -> CapabilityVersion:
         published_at=row["published_at"],
         **_version_fields(row),
     )
+
+
+# ---------------------------------------------------------------------------
+# Answering a discovery question
+
+
+def viewer_tenant(caller: Caller | None) -> str | None:
+    """The tenant whose records discovery adds for this caller (None: public records only)."""
+    return caller.tenant if caller is not None and caller.holds("registry:read") else None
+
+
+class DiscoveryQuery(msgspec.Struct, frozen=True, kw_only=True):
+    """The parameters of one discovery question, already checked for length and range."""
+
+    q: str | None = None
+    skill: str | None = None
+    tags: tuple[str, ...] | None = None
+    side_effect_max: str | None = None
+    region: str | None = None
+    agent: str | None = None
+    tenant: str | None = None
+    status: str | None = None
+    versions: str = "latest"
+    # "healthy": only agents with at least one live instance lease.
+    health: str | None = None
+    limit: int = DEFAULT_LIMIT
+    cursor: str | None = None
+
+
+_encoder = msgspec.json.Encoder()
+
+
+async def discovery_page(registry: Registry, viewer: str | None, query: DiscoveryQuery) -> CachedResponse:
+    """One encoded page of public capabilities for `viewer`, from the per-process cache when the
+    same question was answered since the last committed change (registry.response_cache: exact).
+
+    Raises invalid_request for an unknown sideEffectMax or a cursor this registry did not issue.
+    """
+    key = ("discover", viewer, *msgspec.structs.astuple(query))
+    entry = registry.responses.get(key, registry.watcher.cache_seq(), time.monotonic())
+    if entry is None:
+        entry = await _query_page(registry, viewer, query)
+        registry.responses.put(key, entry, registry.watcher.cache_seq())
+    return entry
+
+
+async def _query_page(registry: Registry, viewer: str | None, query: DiscoveryQuery) -> CachedResponse:
+    """Query one page and encode it, labelled with the sequence number read before the query."""
+    rank = side_effect_rank(query.side_effect_max)
+    after = decode_cursor(query.cursor, tuple[str, str, str, str]) if query.cursor else None
+    async with registry.pool.acquire() as conn:
+        seq, next_effective = await capability_queries.snapshot_bounds(conn)
+        rows = await capability_queries.discover(
+            conn, viewer_tenant=viewer, tags=list(query.tags) if query.tags else None, side_effect_max=rank,
+            latest_only=query.versions == "latest", after=after, limit=query.limit + 1,
+            q=query.q, skill=query.skill, region=query.region, agent=query.agent, tenant=query.tenant,
+            status=query.status, healthy_only=query.health == "healthy",
+        )
+    page = rows[:query.limit]
+    next_cursor = page_cursor(page[-1]) if len(rows) > query.limit else None
+    body = _encoder.encode(DiscoveryPage(items=[public_capability(r) for r in page], next_cursor=next_cursor))
+    # liveInstances drops when a lease lapses, and health flips at the last: the page is good until the first such moment.
+    boundaries = [r["lease_until"] for r in page]
+    boundaries.append(next_effective)
+    expires = expiry(time.monotonic(), datetime.now(timezone.utc), boundaries)
+    return CachedResponse(body=body, etag=etag_for(body), seq=seq, expires=expires)

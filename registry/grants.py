@@ -3,12 +3,12 @@ definition of "active" (db/grants.py), one cursor. Pure shaping; no I/O."""
 
 from __future__ import annotations
 
-import base64
 import re
 from datetime import datetime
+from typing import Literal
 
-import msgspec
 
+from registry.cursors import decode_cursor, encode_cursor
 from registry.problems import ErrorItem, invalid_request
 from registry.wire import Wire
 
@@ -39,8 +39,12 @@ class GrantPage(Wire):
     next_cursor: str | None
 
 
-def grant_page(rows, limit: int) -> GrantPage:
-    """A page from up to `limit + 1` rows of db.grants.tenant_grants (the extra one says there is more)."""
+GrantOrder = Literal["issued", "expiry"]
+
+
+def grant_page(rows, limit: int, order: GrantOrder = "issued") -> GrantPage:
+    """A page from up to `limit + 1` rows of db.grants.tenant_grants in `order` (the extra one says
+    there is more)."""
     items = [
         Grant(
             jti=row["jti"], actor=row["actor"], on_behalf_of=row["on_behalf_of"], audience=row["audience"],
@@ -50,20 +54,18 @@ def grant_page(rows, limit: int) -> GrantPage:
         )
         for row in rows[:limit]
     ]
-    return GrantPage(items=items, next_cursor=_encode_cursor(items[-1]) if len(rows) > limit else None)
+    return GrantPage(items=items, next_cursor=_grant_cursor(items[-1], order) if len(rows) > limit else None)
 
 
-def _encode_cursor(grant: Grant) -> str:
-    raw = msgspec.json.encode([grant.issued_at, grant.jti])
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+def _grant_cursor(grant: Grant, order: GrantOrder) -> str:
+    # An expiry-order cursor is tagged, so it is never taken for an issued-order one (or vice versa).
+    return encode_cursor([grant.issued_at, grant.jti] if order == "issued" else [grant.expires_at, grant.jti, "expiry"])
 
 
-def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        issued_at, jti = msgspec.json.decode(raw, type=tuple[datetime, str])
-    except (ValueError, msgspec.DecodeError, msgspec.ValidationError):
-        issued_at, jti = None, ""
-    if issued_at is None or issued_at.tzinfo is None or not _JTI.match(jti):
+def grant_position(cursor: str, order: GrantOrder = "issued") -> tuple[datetime, str]:
+    """The (sort key, jti) a cursor of `order` resumes after; 400 for any other string."""
+    shape = tuple[datetime, str] if order == "issued" else tuple[datetime, str, Literal["expiry"]]
+    at, jti, *_ = decode_cursor(cursor, shape)
+    if at.tzinfo is None or not _JTI.match(jti):
         raise invalid_request("cursor is not one this registry issued", [ErrorItem(path="cursor", message="invalid cursor")])
-    return issued_at, jti
+    return at, jti

@@ -28,7 +28,7 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from registry.tracing import new_trace_id, trace_id_from
+from registry.tracing import new_request_id, new_trace_id, set_request_id, trace_id_from
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -40,6 +40,8 @@ class RequestMetrics:
         # (method, path template, status) -> [count, seconds sum, per-bucket counts]
         self._series: dict[tuple[str, str, str], list] = {}
         self.gauges: list[tuple[str, str, Callable[[], float]]] = []
+        # Requests refused for want of a valid caller token, by reason (registry.service.Registry).
+        self.auth_failures: dict[str, int] = {}
         self.shared_dir = Path(shared_dir) if shared_dir else None
         self._snapshot_path = self.shared_dir / f"worker-{os.getpid()}.json" if self.shared_dir else None
 
@@ -52,6 +54,7 @@ class RequestMetrics:
             "pid": os.getpid(),
             "series": [[*key, count, total, buckets] for key, (count, total, buckets) in list(self._series.items())],
             "gauges": [[name, help_text, read()] for name, help_text, read in self.gauges],
+            "auth_failures": dict(self.auth_failures),
         }
         partial = self._snapshot_path.with_suffix(".tmp")
         partial.write_bytes(msgspec.json.encode(snapshot))
@@ -64,14 +67,16 @@ class RequestMetrics:
                 self.write_snapshot()
             await asyncio.sleep(interval)
 
-    def _merged(self) -> tuple[dict[tuple[str, str, str], list], dict[str, list]]:
-        """Every worker's series summed, and gauges of live workers summed (connections, ...)."""
+    def _merged(self) -> tuple[dict[tuple[str, str, str], list], dict[str, list], dict[str, int]]:
+        """Every worker's series and auth failures summed, and gauges of live workers summed (connections, ...)."""
         if self.shared_dir is None:
-            return self._series, {name: [help_text, read()] for name, help_text, read in self.gauges}
+            gauges = {name: [help_text, read()] for name, help_text, read in self.gauges}
+            return self._series, gauges, dict(self.auth_failures)
         with contextlib.suppress(OSError):
             self.write_snapshot()
         series: dict[tuple[str, str, str], list] = {}
         gauges: dict[str, list] = {}
+        failures: dict[str, int] = {}
         for path in self.shared_dir.glob("worker-*.json"):
             try:
                 snapshot = msgspec.json.decode(path.read_bytes())
@@ -82,10 +87,12 @@ class RequestMetrics:
                 merged[0] += count
                 merged[1] += total
                 merged[2] = [a + b for a, b in zip(merged[2], buckets)]
+            for reason, count in snapshot.get("auth_failures", {}).items():
+                failures[reason] = failures.get(reason, 0) + count
             if _alive(snapshot["pid"]):
                 for name, help_text, value in snapshot["gauges"]:
                     gauges.setdefault(name, [help_text, 0])[1] += value
-        return series, gauges
+        return series, gauges, failures
 
     def observe(self, method: str, path: str, status: int, seconds: float) -> None:
         key = (method, path, str(status))
@@ -100,7 +107,7 @@ class RequestMetrics:
         labels = ["method", "path", "status_code"]
         requests = CounterMetricFamily("capreg_requests", "HTTP requests answered", labels=labels)
         durations = HistogramMetricFamily("capreg_request_duration_seconds", "HTTP request latency", labels=labels)
-        series, gauges = self._merged()
+        series, gauges, failures_merged = self._merged()
         for key, (count, total, buckets) in list(series.items()):
             requests.add_metric(list(key), count)
             cumulative, running = [], 0
@@ -110,6 +117,12 @@ class RequestMetrics:
             durations.add_metric(list(key), cumulative, total)
         yield requests
         yield durations
+        failures = CounterMetricFamily(
+            "capreg_auth_failures", "requests refused for want of a valid caller token (not audited)", labels=["reason"]
+        )
+        for reason, count in sorted(failures_merged.items()):
+            failures.add_metric([reason], count)
+        yield failures
         for name, (help_text, value) in gauges.items():
             yield GaugeMetricFamily(name, help_text, value=value)
 
@@ -140,7 +153,10 @@ def observability_middleware(metrics: RequestMetrics) -> Callable[[ASGIApp], ASG
             started = time.perf_counter()
             traceparent = next((v for k, v in scope["headers"] if k == b"traceparent"), None)
             trace_id = (trace_id_from(traceparent.decode("latin-1")) if traceparent else None) or new_trace_id()
-            scope.setdefault("state", {})["trace_id"] = trace_id
+            request_id = new_request_id()
+            state = scope.setdefault("state", {})
+            state["trace_id"], state["request_id"] = trace_id, request_id
+            set_request_id(request_id)
             status = 500
 
             async def send_with_trace(message: Message) -> None:
@@ -150,6 +166,7 @@ def observability_middleware(metrics: RequestMetrics) -> Callable[[ASGIApp], ASG
                     headers = list(message.get("headers") or [])
                     if not any(name.lower() == b"x-trace-id" for name, _ in headers):  # problem responses set it
                         headers.append((b"x-trace-id", trace_id.encode()))
+                    headers.append((b"x-request-id", request_id.encode()))
                     message["headers"] = headers
                 await send(message)
 

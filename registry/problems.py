@@ -1,4 +1,4 @@
-"""Errors: one exception type carrying a contract code, and the one place that maps every exception
+"""Errors: one exception type carrying a code of docs/api.md#error-codes, and the one place that maps every exception
 (ours, litestar's, asyncpg's) to an `application/problem+json` response.
 
 No request ever gets a stack trace: unexpected exceptions are logged and answered with a generic 500.
@@ -15,6 +15,7 @@ import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
+from registry.json_pointer import escape_token
 from registry.tracing import new_trace_id, trace_id_from
 from registry.wire import Wire
 
@@ -51,7 +52,7 @@ class Problem(Wire, omit_defaults=True):
 
 
 class ProblemError(Exception):
-    """Raise to answer with a problem response: `code` is one of the contract's error codes."""
+    """Raise to answer with a problem response: `code` is one of the error codes of docs/api.md#error-codes."""
 
     def __init__(
         self,
@@ -104,7 +105,7 @@ def json_pointer(key: str) -> str:
     """litestar/msgspec key paths (`skills[0].id`, `$.a.b`) as JSON pointers (`/skills/0/id`)."""
     key = key.removeprefix("$")
     parts = [index or name for index, name in _KEY_PART.findall(key)]
-    return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts)
+    return "".join("/" + escape_token(p) for p in parts)
 
 
 def decode_error_item(exc: msgspec.ValidationError | msgspec.DecodeError) -> ErrorItem:
@@ -122,24 +123,45 @@ def _trace_id(request: Request) -> str:
     return state["trace_id"]
 
 
-def problem_response(request: Request, error: ProblemError) -> Response:
-    problem = Problem(
+def problem_of(error: ProblemError, trace_id: str | None) -> Problem:
+    """The problem body of an error: HTTP answers carry it, and so do MCP tool refusals."""
+    return Problem(
         type=f"https://capreg.dev/problems/{error.code}",
         title=TITLES.get(error.status, "Error"),
         status=error.status,
         detail=error.detail,
         code=error.code,
-        trace_id=_trace_id(request),
+        trace_id=trace_id,
         errors=error.errors,
         missing_scopes=error.missing_scopes,
         reason=error.reason,
     )
+
+
+def problem_response(request: Request, error: ProblemError) -> Response:
+    problem = problem_of(error, _trace_id(request))
     return Response(
         content=msgspec.json.encode(problem),
         status_code=error.status,
         media_type=PROBLEM_MEDIA_TYPE,
         headers={**error.headers, "X-Trace-Id": problem.trace_id},
     )
+
+
+async def send_problem(scope, send, error: ProblemError) -> None:
+    """Answer from ASGI middleware (before routing) with the same problem shape handlers use."""
+    state = scope.setdefault("state", {})
+    trace_id = state.get("trace_id") or new_trace_id()
+    body = msgspec.json.encode(Problem(
+        type=f"https://capreg.dev/problems/{error.code}", title=TITLES.get(error.status, "Error"),
+        status=error.status, detail=error.detail, code=error.code, trace_id=trace_id, errors=error.errors,
+        missing_scopes=error.missing_scopes, reason=error.reason,
+    ))
+    headers = [(b"content-type", PROBLEM_MEDIA_TYPE.encode()), (b"content-length", str(len(body)).encode()),
+               (b"x-trace-id", trace_id.encode())]
+    headers += [(name.lower().encode(), value.encode()) for name, value in error.headers.items()]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _from_http_exception(exc: HTTPException) -> ProblemError:

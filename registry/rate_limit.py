@@ -1,5 +1,13 @@
-"""Per-client rate limiting (429 `rate_limited` with `Retry-After`): a token bucket per bearer token,
-or per client address for anonymous callers, in this process.
+"""Per-client rate limiting (429 `rate_limited` with `Retry-After`), in this process.
+
+A request with a valid caller token is limited per verified identity (issuer, tenant, sub): however
+the Authorization header is spelled, one identity has one bucket. Every other request (no token, a
+bad token) is limited per client address: the peer address, or, when the peer is one of
+CAPREG_TRUSTED_PROXIES, the first address in X-Forwarded-For (read from the right) that is not a
+trusted proxy. Junk tokens therefore share their sender's bucket instead of each getting one.
+
+Buckets are kept least-recently-used first and bounded: a flood of new keys evicts the idlest
+buckets one by one, never every bucket at once.
 
 Off unless CAPREG_RATE_LIMIT is set. Buckets are per process: with N workers or replicas a client
 may get up to N times the rate; an edge proxy is the place for a global limit.
@@ -7,71 +15,115 @@ may get up to N times the rate; an edge proxy is the place for a global limit.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import time
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 
-import msgspec
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from registry.problems import PROBLEM_MEDIA_TYPE, Problem
-from registry.tracing import new_trace_id
+from registry.problems import ProblemError, send_problem
 
 # Probes and scrapes must keep working for whoever is being limited.
 _EXEMPT = frozenset({"/healthz", "/readyz", "/metrics"})
-_MAX_BUCKETS = 100_000
+MAX_BUCKETS = 100_000
+_MAX_FORWARDED_HOPS = 32
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 class TokenBuckets:
     """`rate` requests per second per key, bursts up to `burst`. Pure apart from the clock it is given."""
 
-    def __init__(self, rate: float, burst: int):
-        self.rate, self.burst = rate, burst
-        self._buckets: dict[bytes, tuple[float, float]] = {}  # key -> (tokens, at)
+    def __init__(self, rate: float, burst: int, *, max_buckets: int = MAX_BUCKETS):
+        self.rate, self.burst, self.max_buckets = rate, burst, max_buckets
+        self._buckets: OrderedDict[Hashable, tuple[float, float]] = OrderedDict()  # key -> (tokens, at)
 
-    def take(self, key: bytes, now: float) -> float:
+    def take(self, key: Hashable, now: float) -> float:
         """0 when a request may pass (and takes a token), else the seconds until one may."""
         tokens, at = self._buckets.get(key, (float(self.burst), now))
         tokens = min(float(self.burst), tokens + (now - at) * self.rate)
+        wait = 0.0
         if tokens >= 1:
-            if len(self._buckets) >= _MAX_BUCKETS and key not in self._buckets:
-                self._buckets.clear()  # a flood of new keys: forget old buckets rather than grow without bound
-            self._buckets[key] = (tokens - 1, now)
-            return 0.0
+            tokens -= 1
+        else:
+            wait = (1 - tokens) / self.rate
         self._buckets[key] = (tokens, now)
-        return (1 - tokens) / self.rate
+        self._buckets.move_to_end(key)
+        while len(self._buckets) > self.max_buckets:
+            # The least recently used bucket is the idlest: it has refilled the most already.
+            self._buckets.popitem(last=False)
+        return wait
+
+    def __len__(self) -> int:
+        return len(self._buckets)
 
 
-def _client_key(scope: Scope) -> bytes:
-    for name, value in scope["headers"]:
-        if name == b"authorization":
-            return value
+def trusted_networks(proxies: Sequence[str]) -> tuple[Network, ...]:
+    return tuple(ipaddress.ip_network(p, strict=False) for p in proxies)
+
+
+def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text.strip())
+    except ValueError:
+        return None
+
+
+def client_address(scope: Scope, trusted: tuple[Network, ...]) -> str:
+    """The address a request comes from, believing X-Forwarded-For only from trusted proxies."""
     client = scope.get("client")
-    return (client[0] if client else "unknown").encode()
+    peer = _address(client[0]) if client else None
+    if peer is None:
+        return client[0] if client else "unknown"
+
+    def is_trusted(address) -> bool:
+        return any(address in network for network in trusted)
+
+    if not trusted or not is_trusted(peer):
+        return str(peer)
+    forwarded = b",".join(v for k, v in scope["headers"] if k == b"x-forwarded-for").decode("latin-1")
+    hops = [hop for hop in forwarded.split(",") if hop.strip()][-_MAX_FORWARDED_HOPS:]
+    nearest = peer
+    for hop in reversed(hops):
+        address = _address(hop)
+        if address is None:  # garbage a client wrote: the last address we can vouch for is the client
+            break
+        nearest = address
+        if not is_trusted(address):
+            break
+    return str(nearest)
 
 
-def rate_limit_middleware(buckets: TokenBuckets, clock: Callable[[], float] = time.monotonic) -> Callable[[ASGIApp], ASGIApp]:
+def rate_limit_middleware(
+    buckets: TokenBuckets, trusted_proxies: Sequence[str] = (), clock: Callable[[], float] = time.monotonic
+) -> Callable[[ASGIApp], ASGIApp]:
+    trusted = trusted_networks(trusted_proxies)
+
     def wrap(app: ASGIApp) -> ASGIApp:
         async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
             if scope["type"] != "http" or scope["path"] in _EXEMPT:
                 await app(scope, receive, send)
                 return
-            wait = buckets.take(_client_key(scope), clock())
+            registry = scope["app"].state.registry
+            header = next((v for k, v in scope["headers"] if k == b"authorization"), None)
+            try:
+                caller = await registry.authenticate(
+                    header.decode("latin-1") if header is not None else None, scope.setdefault("state", {})
+                )
+            except ProblemError:
+                caller = None  # the handler answers 401; until then the address is all we know
+            key = ("caller", caller.issuer, caller.tenant, caller.sub) if caller else ("address", client_address(scope, trusted))
+            wait = buckets.take(key, clock())
             if not wait:
                 await app(scope, receive, send)
                 return
-            trace_id = scope.get("state", {}).get("trace_id") or new_trace_id()
             retry_after = str(max(1, math.ceil(wait)))
-            body = msgspec.json.encode(Problem(
-                type="https://capreg.dev/problems/rate_limited", title="Too Many Requests", status=429,
-                detail=f"too many requests from this client; retry after {retry_after} s",
-                code="rate_limited", trace_id=trace_id,
+            await send_problem(scope, send, ProblemError(
+                429, "rate_limited", f"too many requests from this client; retry after {retry_after} s",
+                headers={"Retry-After": retry_after},
             ))
-            await send({"type": "http.response.start", "status": 429, "headers": [
-                (b"content-type", PROBLEM_MEDIA_TYPE.encode()), (b"retry-after", retry_after.encode()),
-                (b"content-length", str(len(body)).encode()),
-            ]})
-            await send({"type": "http.response.body", "body": body})
 
         return middleware
 

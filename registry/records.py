@@ -7,19 +7,26 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from auth.identifiers import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN
 from registry.wire import Wire
 
 SideEffect = Literal["none", "idempotent", "write", "destructive"]
 SIDE_EFFECT_ORDER: dict[str, int] = {"none": 0, "idempotent": 1, "write": 2, "destructive": 3}
 Visibility = Literal["public", "tenant"]
+
+
+def approval_required(side_effect: str | None, explicit: bool | None) -> bool:
+    """The one `requiresApproval` default: destructive capabilities need an approval unless the
+    registrant says otherwise."""
+    return explicit if isinstance(explicit, bool) else side_effect == "destructive"
+
+
 Status = Literal["active", "deprecated", "retired"]
 
-AGENT_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
-SKILL_ID_PATTERN = r"^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$"
-TENANT_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 
 AgentId = Annotated[str, msgspec.Meta(pattern=AGENT_ID_PATTERN)]
-SkillId = Annotated[str, msgspec.Meta(pattern=SKILL_ID_PATTERN, max_length=128)]
+SKILL_ID_MAX_LENGTH = 128
+SkillId = Annotated[str, msgspec.Meta(pattern=SKILL_ID_PATTERN, max_length=SKILL_ID_MAX_LENGTH)]
 Tenant = Annotated[str, msgspec.Meta(pattern=TENANT_PATTERN)]
 ShortText = Annotated[str, msgspec.Meta(max_length=4096)]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]

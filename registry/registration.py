@@ -1,14 +1,15 @@
 """Registration: turning a PUT body into immutable capability versions, in one transaction.
 
-`prepare_registration` is pure (parse, normalize, validate, hash); `apply_registration` writes it.
+`prepare_registration_now` is pure (parse, normalize, validate, hash) and `prepare_registration` runs
+it in a worker process (registry.bounded_work); `apply_registration` writes it.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-import jsonschema_rs
 import msgspec
 
 from auth.principal import Caller
@@ -16,16 +17,17 @@ from db import agents as agent_queries
 from db import capabilities as capability_queries
 from db.group_commit import WriteScope
 from registry.audit import AuditEvent
+from registry.bounded_work import WorkFailed, WorkTimedOut, run_bounded
 from registry.cards import a2a_card_dict, normalize_registration
 from registry.problems import ErrorItem, ProblemError, invalid_request
-from registry.records import SIDE_EFFECT_ORDER, AgentRegistration, SkillRegistration
-from registry.compatibility import check_compatibility
-from registry.versions import InvalidVersion, Version
+from registry.records import SIDE_EFFECT_ORDER, AgentRegistration, SkillRegistration, approval_required
+from registry.compatibility import BreakingChange, check_compatibility
+from registry.schema_guard import SchemaRejected, compile_schema
+from registry.versions import InvalidVersion, Version, publish_verdict
 from registry.wire import Wire
 
-_SCHEMA_2020_12 = {"https://json-schema.org/draft/2020-12/schema", "https://json-schema.org/draft/2020-12/schema#"}
-_MAX_SCHEMA_DEPTH = 64
 _encoder = msgspec.json.Encoder(order="sorted")
+T = TypeVar("T")
 
 
 class VersionRef(Wire):
@@ -40,11 +42,20 @@ class PreparedSkill(msgspec.Struct):
     content_hash: str
 
 
+class CompatibilityVerdict(msgspec.Struct):
+    """`incompatibilities(existing, new)` computed before the write, with the inputs it was computed on."""
+
+    existing: list
+    new: list
+    breaking: list[ErrorItem]
+
+
 class PreparedRegistration(msgspec.Struct):
     registration: AgentRegistration
     card: dict
     card_hash: str
     skills: list[PreparedSkill]
+    verdict: CompatibilityVerdict | None = None
     # registration_digest of the body's bytes: stored with the agent for the unchanged fast path.
     body_hash: str | None = None
 
@@ -71,69 +82,76 @@ def registration_digest(body: bytes) -> str:
     return hashlib.sha256(_REGISTRATION_RULES.encode() + b"\0" + body).hexdigest()
 
 
-def _depth(value: Any, limit: int) -> int:
-    """Nesting depth, iteratively (a hostile schema must not hit the recursion limit)."""
-    stack, deepest = [(value, 1)], 0
-    while stack:
-        node, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if deepest > limit:
-            return deepest
-        if isinstance(node, dict):
-            stack.extend((child, depth + 1) for child in node.values())
-        elif isinstance(node, list):
-            stack.extend((child, depth + 1) for child in node)
-    return deepest
-
-
-def _non_local_refs(value: Any) -> list[str]:
-    found, stack = [], [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            for key, child in node.items():
-                if key in ("$ref", "$dynamicRef") and isinstance(child, str) and not child.startswith("#"):
-                    found.append(child)
-                stack.append(child)
-        elif isinstance(node, list):
-            stack.extend(node)
-    return found
-
-
 def schema_errors(schema: Any, path: str, *, must_be_object: bool) -> list[ErrorItem]:
-    """Why `schema` is not an acceptable JSON Schema 2020-12 document (empty when it is)."""
+    """Why `schema` is not an acceptable JSON Schema 2020-12 document (empty when it is).
+
+    Checked and compiled by registry.schema_guard, the one place a registrant's schema is compiled:
+    nothing it says can make capreg fetch a URL or a file, and its patterns must be linear-time.
+    """
     if not isinstance(schema, dict):
         return [ErrorItem(path=path, message="a schema must be a JSON object")]
-    if _depth(schema, _MAX_SCHEMA_DEPTH) > _MAX_SCHEMA_DEPTH:
-        return [ErrorItem(path=path, message=f"schema nests deeper than {_MAX_SCHEMA_DEPTH} levels")]
-    declared = schema.get("$schema")
-    if declared is not None and declared not in _SCHEMA_2020_12:
-        return [ErrorItem(path=path + "/$schema", message="only JSON Schema 2020-12 is accepted")]
-    # Remote references would make capreg fetch URLs chosen by the registrant.
-    remote = _non_local_refs(schema)
-    if remote:
-        return [ErrorItem(path=path, message=f"only local $ref (#...) is allowed, found {remote[0]!r}")]
     try:
-        jsonschema_rs.meta.validate({**schema, "$schema": "https://json-schema.org/draft/2020-12/schema"})
-        jsonschema_rs.Draft202012Validator(schema)
-    except jsonschema_rs.ValidationError as exc:
-        pointer = "".join(f"/{p}" for p in exc.instance_path)
-        return [ErrorItem(path=path + pointer, message=f"not a valid JSON Schema 2020-12: {exc.message}")]
-    except Exception as exc:  # jsonschema-rs raises ValueError/ReferencingError for uncompilable schemas
-        return [ErrorItem(path=path, message=f"schema cannot be compiled: {exc}")]
+        compile_schema(schema)
+    except SchemaRejected as rejected:
+        return [ErrorItem(path=path + e.path, message=e.message) for e in rejected.errors]
     if must_be_object and schema.get("type") != "object":
         return [ErrorItem(path=path + "/type", message='inputSchema must describe an object ("type": "object")')]
     return []
 
 
-def skill_content(skill: SkillRegistration, requires_approval: bool) -> dict:
+def skill_content(skill: SkillRegistration) -> dict:
     """The published content of a capability version, the thing that must never change."""
     content = msgspec.to_builtins(skill)
-    content["requiresApproval"] = requires_approval
+    content["requiresApproval"] = approval_required(skill.side_effect, skill.requires_approval)
     return content
 
 
-def prepare_registration(registration: AgentRegistration, body_hash: str | None = None) -> PreparedRegistration:
+async def prepare_registration(registration: AgentRegistration) -> PreparedRegistration:
+    """`prepare_registration_now` in a worker process (registry.bounded_work): schema compilation
+    runs off the event loop, within a deadline (past it: 400 `invalid_request`)."""
+    outcome = await bounded(prepare_registration_outcome, registration, what="checking the registration")
+    if isinstance(outcome, PreparedRegistration):
+        return outcome
+    detail, errors = outcome
+    raise invalid_request(detail, errors)
+
+
+def prepare_registration_outcome(registration: AgentRegistration) -> PreparedRegistration | tuple[str, list[ErrorItem]]:
+    """`prepare_registration_now`, its refusal returned rather than raised (to cross a process boundary)."""
+    try:
+        return prepare_registration_now(registration)
+    except ProblemError as error:
+        return error.detail, list(error.errors or [])
+
+
+async def bounded(function: Callable[..., T], *args: Any, what: str) -> T:
+    """`function(*args)` in a worker process (registry.bounded_work); past the deadline, or if the
+    worker dies, 400 `invalid_request` saying what took too long."""
+    try:
+        return await run_bounded(function, *args)
+    except WorkTimedOut as error:
+        raise invalid_request(f"{what} {error}", [ErrorItem(path="", message=f"{what} {error}; simplify the schemas")]) from None
+    except WorkFailed as error:
+        raise invalid_request(f"{what} failed", [ErrorItem(path="", message=f"{what} failed: {error}")]) from None
+
+
+def checked_schemas(schemas: list[tuple[Any, str, bool]]) -> list[ErrorItem]:
+    """`schema_errors` for each (schema, path, must_be_object)."""
+    return [error for schema, path, must_be_object in schemas for error in schema_errors(schema, path, must_be_object=must_be_object)]
+
+
+def compatibility_report(
+    old: Version, new: Version, old_contract: dict, new_contract: dict
+) -> tuple[list[BreakingChange], list[BreakingChange]]:
+    """For `POST /v1/compatibility`, in one worker call: every breaking change from `old_contract` to
+    `new_contract`, and those that would refuse publishing `new` after `old` (`publish_verdict`)."""
+    found = check_compatibility(old_contract, new_contract)
+    refusing = [change for _, _, change in publish_verdict(new, new_contract, [(old, old_contract)])]
+    return found, refusing
+
+
+def prepare_registration_now(registration: AgentRegistration) -> PreparedRegistration:
+    """Parse, normalize, validate (schemas compiled) and hash a registration; ProblemError if invalid."""
     registration = normalize_registration(registration)
     errors: list[ErrorItem] = []
     if not registration.skills:
@@ -153,14 +171,12 @@ def prepare_registration(registration: AgentRegistration, body_hash: str | None 
         seen.add(key)
         errors += schema_errors(skill.input_schema, f"{base}/inputSchema", must_be_object=True)
         errors += schema_errors(skill.output_schema, f"{base}/outputSchema", must_be_object=False)
-        requires_approval = (
-            skill.requires_approval if skill.requires_approval is not None else skill.side_effect == "destructive"
-        )
-        prepared.append(PreparedSkill(skill, version, requires_approval, _hash(skill_content(skill, requires_approval))))
+        content = skill_content(skill)
+        prepared.append(PreparedSkill(skill, version, content["requiresApproval"], _hash(content)))
     if errors:
         raise invalid_request("the registration is invalid", errors)
     card = a2a_card_dict(registration)
-    return PreparedRegistration(registration, card, _hash(card), prepared, body_hash)
+    return PreparedRegistration(registration, card, _hash(card), prepared)
 
 
 def _search_text(skill: SkillRegistration) -> str:
@@ -211,36 +227,51 @@ def skill_contract(row: Any) -> dict[str, Any]:
 def incompatibilities(
     existing: list[tuple[str, Version, dict]], new: list[tuple[int, str, Version, dict]]
 ) -> list[ErrorItem]:
-    """Breaking changes that new versions would publish without a major bump.
+    """Breaking changes that new versions would publish without a major bump, by `publish_verdict`.
 
     `existing`: (skill id, version, contract) of stored, non-retired versions; `new`: (index in the
-    body, skill id, version, contract). Each new release is compared with the highest lower release
-    of its major line (stored, or published earlier in the same request), and the next higher one
-    already stored must in turn stay compatible with it. Pre-releases promise nothing and are
-    neither checked nor used as a baseline.
+    body, skill id, version, contract). Versions published earlier in the same request count as
+    published for the ones after them.
     """
-    known = [(skill_id, version, contract) for skill_id, version, contract in existing if not version.is_prerelease]
+    known = list(existing)
     errors: list[ErrorItem] = []
     for index, skill_id, version, contract in sorted(new, key=lambda item: (item[1], item[2])):
-        if version.is_prerelease:
-            continue
-        line = [(v, c) for s, v, c in known if s == skill_id and v.major == version.major]
-        lower = max(((v, c) for v, c in line if v < version), default=None, key=lambda vc: vc[0])
-        higher = min(((v, c) for v, c in line if v > version), default=None, key=lambda vc: vc[0])
-        if lower is not None:
-            for change in check_compatibility(lower[1], contract):
-                errors.append(ErrorItem(
-                    path=f"/skills/{index}{change.path}", kind=change.kind,
-                    message=f"{change.message} (compared with {skill_id}@{lower[0]}; breaking changes need a new major version)",
-                ))
-        if higher is not None:
-            for change in check_compatibility(contract, higher[1]):
-                errors.append(ErrorItem(
-                    path=f"/skills/{index}{change.path}", kind=change.kind,
-                    message=f"{skill_id}@{higher[0]} is already published and would break callers of {version}: {change.message}",
-                ))
+        line = [(v, c) for s, v, c in known if s == skill_id]
+        for neighbour, above, change in publish_verdict(version, contract, line):
+            if above:
+                message = f"{skill_id}@{neighbour} is already published and would break callers of {version}: {change.message}"
+            else:
+                message = f"{change.message} (compared with {skill_id}@{neighbour}; breaking changes need a new major version)"
+            errors.append(ErrorItem(path=f"/skills/{index}{change.path}", kind=change.kind, message=message))
         known.append((skill_id, version, contract))
     return errors
+
+
+def _compatibility_inputs(
+    stored: list[Any], prepared: PreparedRegistration, new_skills: list[PreparedSkill]
+) -> tuple[list, list]:
+    """`incompatibilities`' arguments, in a stable order (so two reads of the same state compare equal)."""
+    existing = sorted(
+        ((r["skill_id"], Version.parse(r["version"]), skill_contract(r)) for r in stored),
+        key=lambda item: (item[0], item[1].sort_key()),
+    )
+    new = [(prepared.skills.index(p), p.skill.id, p.version, skill_content(p.skill)) for p in new_skills]
+    return existing, new
+
+
+async def check_compatibility_ahead(pool: Any, tenant: str, agent_id: str, prepared: PreparedRegistration) -> None:
+    """Compare the registration with the published versions before its write, in a worker process
+    (registry.bounded_work), and keep the verdict on `prepared`: the write, inside a transaction
+    shared with other requests, then only checks that nothing changed in between instead of
+    comparing schemas itself."""
+    hashes = await capability_queries.content_hashes(pool, tenant, agent_id)
+    new_skills = [p for p in prepared.skills if (p.skill.id, p.skill.version) not in hashes]
+    if not new_skills:
+        return
+    stored = await capability_queries.version_contracts(pool, tenant, agent_id)
+    existing, new = _compatibility_inputs(stored, prepared, new_skills)
+    breaking = await bounded(incompatibilities, existing, new, what="comparing the new versions with the published ones")
+    prepared.verdict = CompatibilityVerdict(existing, new, breaking)
 
 
 class RegistrationResult(msgspec.Struct):
@@ -257,6 +288,7 @@ async def apply_registration(
     prepared: PreparedRegistration,
     *,
     trace_id: str | None,
+    request_id: str | None = None,
 ) -> RegistrationResult:
     """Write a prepared registration as one write of a group commit (db.group_commit): raises
     ProblemError on a conflict, and its savepoint rolls back with nothing applied."""
@@ -277,7 +309,7 @@ async def apply_registration(
     def event(type_: str, ref: str, scopes: list[str] | None = None) -> AuditEvent:
         return AuditEvent(
             type=type_, outcome="allowed", tenant=tenant, actor_tenant=caller.tenant, actor=caller.sub,
-            ref=ref, scopes=scopes or [], trace_id=trace_id,
+            actor_issuer=caller.issuer, ref=ref, scopes=scopes or [], trace_id=trace_id, request_id=request_id,
         )
 
     await agent_queries.lock_agent(conn, tenant, agent_id)
@@ -318,10 +350,12 @@ async def apply_registration(
         raise ProblemError(409, "version_conflict", "published versions are immutable", errors=conflicts)
     if new_skills:
         stored = await capability_queries.version_contracts(conn, tenant, agent_id)
-        breaking = incompatibilities(
-            [(r["skill_id"], Version.parse(r["version"]), skill_contract(r)) for r in stored],
-            [(prepared.skills.index(p), p.skill.id, p.version, skill_content(p.skill, p.requires_approval)) for p in new_skills],
-        )
+        existing, new = _compatibility_inputs(stored, prepared, new_skills)
+        verdict = prepared.verdict
+        if verdict is not None and verdict.existing == existing and verdict.new == new:
+            breaking = verdict.breaking
+        else:  # published versions changed since `check_compatibility_ahead` (or it did not run)
+            breaking = await bounded(incompatibilities, existing, new, what="comparing the new versions with the published ones")
         if breaking:
             raise ProblemError(
                 409, "incompatible_change",

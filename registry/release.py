@@ -1,10 +1,10 @@
-"""Detail release (contract section 4): which version a request names, what a caller who passed the
+"""Detail release (docs/api.md#detail-release): which version a request names, what a caller who passed the
 checks receives, and the audit events that record every release and refusal.
 
 Pure functions over stored rows and `CapabilityVersion`s: no I/O and no clock (callers pass `now`).
 The checks themselves are `auth.policy.decide_release`; this module only resolves and shapes.
 
-Decisions where the contract is silent:
+Decisions docs/api.md#version-selection and #release-audit record:
 - `latest` is the version discovery shows as latest: the newest in-force release, or the newest
   in-force pre-release when a skill has no release yet. Ranges follow `registry.versions`
   (npm semantics: pre-releases only when the range names one of the same core).
@@ -25,6 +25,7 @@ import msgspec
 
 from auth.policy import Decision
 from auth.principal import Caller
+from registry.tracing import current_request_id
 from registry.audit import AuditEvent
 from registry.cards import CAPREG_EXTENSION_URI, public_agent_card
 from registry.problems import ProblemError
@@ -220,8 +221,10 @@ def release_event(
         tenant=tenant,
         actor_tenant=caller.tenant,
         actor=caller.sub,
+        actor_issuer=caller.issuer,
         ref=ref,
         scopes=list(scopes),
         reason=decision.code,
         trace_id=trace_id,
+        request_id=current_request_id(),
     )

@@ -7,24 +7,34 @@ import contextlib
 import logging
 import time
 
+from collections import Counter
+from collections.abc import Callable
+
 import asyncpg
+import jwt
 from litestar import Request
 
-from auth.issuers import load_external_issuers
+from auth.issuers import IssuerKeyRefresher, load_external_issuers
 from auth.keys import Keyring, load_keyring
 from auth.principal import Caller
 from auth.tokens import InvalidToken, TokenVerifier
 from db.changes import CHANGE_CHANNEL, LOCAL_CHANGE_LISTENERS, current_seq
 from db.group_commit import GroupCommit
+from db.keys import KEYS_CHANNEL
 from db.leases import LeaseRenewals
 from db.pool import connect
 from registry.config import Settings
-from registry.problems import insufficient_scope, invalid_token
+from registry.problems import ProblemError, insufficient_scope, invalid_token
 from registry.response_cache import ResponseCache
 
 log = logging.getLogger("capreg")
 
+# An unknown kid reloads the keyring at most this often (a rotation elsewhere is also NOTIFYed).
 _KEYRING_REFRESH_SECONDS = 5.0
+# A safety net under the NOTIFY: the keyring is reloaded at least this often.
+_KEYRING_POLL_SECONDS = 30.0
+# The scheme of an Authorization header (any case), then whitespace, then the token.
+_BEARER = "bearer"
 
 
 class ChangeWatcher:
@@ -42,6 +52,8 @@ class ChangeWatcher:
         self._changed = asyncio.Event()
         self._conn: asyncpg.Connection | None = None
         self._task: asyncio.Task | None = None
+        # Called when capreg's signing keys changed (a rotation in any process), and on reconnect.
+        self.on_keys_changed: Callable[[], None] | None = None
 
     async def start(self, pool: asyncpg.Pool) -> None:
         self.seq = await current_seq(pool)
@@ -73,11 +85,17 @@ class ChangeWatcher:
         self._changed.set()
         self._changed = asyncio.Event()
 
+    def _keys_notified(self, *_args) -> None:
+        if self.on_keys_changed is not None:
+            self.on_keys_changed()
+
     async def _run(self, pool: asyncpg.Pool) -> None:
         while True:
             try:
                 self._conn = await connect(self.dsn)
                 await self._conn.add_listener(CHANGE_CHANNEL, self._notified)
+                await self._conn.add_listener(KEYS_CHANNEL, self._keys_notified)
+                self._keys_notified()  # a rotation may have happened while we were not listening
                 # Notifications sent while we were disconnected are lost: catch up from the table.
                 self.seq = max(self.seq, await current_seq(pool))
                 self.listening = True
@@ -114,7 +132,12 @@ class Registry:
             audience=settings.audience,
             external=load_external_issuers(settings.trusted_issuers),
         )
+        self.issuer_keys = IssuerKeyRefresher(settings.trusted_issuers, self.verifier.external)
+        # Requests refused for want of a valid caller token, by reason (/metrics); never audited.
+        self.auth_failures: Counter[str] = Counter()
         self._keyring_lock = asyncio.Lock()
+        self._keyring_reload: asyncio.Task | None = None
+        watcher.on_keys_changed = self.keys_changed
         # Audited writes of concurrent requests share one transaction and commit (db.group_commit).
         self.writes = GroupCommit(pool)
         # Heartbeats of concurrent requests renewed in one statement and commit (db.leases).
@@ -123,42 +146,93 @@ class Registry:
         self.responses = ResponseCache()
         # Rows behind detail releases, on the same terms (registry.routes.details.skill_record).
         self.release_cache = ResponseCache()
-        # Verified ticket claims by token string, until they expire (registry.delegation.verified_ticket).
-        self.verified_tickets: dict = {}
+    @property
+    def verified(self):
+        """The one cache of verified caller tokens and tickets (auth.tokens.VerifiedTokens)."""
+        return self.verifier.cache
 
-    async def refresh_keyring(self) -> None:
-        """Reload keys (another replica may have rotated); at most every few seconds."""
+    async def refresh_keyring(self, *, force: bool = False) -> None:
+        """Reload keys (another replica may have rotated); at most every few seconds unless forced."""
         async with self._keyring_lock:
-            if time.monotonic() - self.keyring.loaded_at < _KEYRING_REFRESH_SECONDS:
+            if not force and time.monotonic() - self.keyring.loaded_at < _KEYRING_REFRESH_SECONDS:
                 return
             self.keyring = await load_keyring(self.pool)
             self.verifier.keyring = self.keyring
 
+    def keys_changed(self) -> None:
+        """A rotation was committed somewhere: reload now, so a removed key stops verifying at once
+        (cached verifications re-check their kid against the keyring)."""
+        if self._keyring_reload is None or self._keyring_reload.done():
+            self._keyring_reload = asyncio.create_task(self._reload_keyring())
+
+    async def _reload_keyring(self) -> None:
+        try:
+            await self.refresh_keyring(force=True)
+        except Exception as exc:  # the poll below tries again
+            log.warning("keyring reload failed: %r", exc)
+
+    async def watch_keys(self) -> None:
+        """Background: the keyring and external issuers' key sets, kept current."""
+        refresher = asyncio.create_task(self.issuer_keys.run())
+        try:
+            while True:
+                await asyncio.sleep(_KEYRING_POLL_SECONDS)
+                await self._reload_keyring()
+        finally:
+            refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await refresher
+
     async def verify(self, token: str) -> Caller:
+        """The caller a bearer token names; InvalidToken otherwise."""
         try:
             return self.verifier.verify(token)
         except InvalidToken as exc:
-            if str(exc) != "unknown kid":
-                raise invalid_token(str(exc)) from None
-        await self.refresh_keyring()
+            if exc.reason != "unknown_key":
+                raise
+        # A key this process has not seen: capreg's own (another replica rotated) or a partner's.
         try:
-            return self.verifier.verify(token)
+            iss = jwt.decode(token, options={"verify_signature": False}).get("iss")
+        except jwt.PyJWTError:
+            iss = None
+        if iss == self.settings.issuer:
+            await self.refresh_keyring()
+        elif isinstance(iss, str):
+            await self.issuer_keys.unknown_kid(iss)
+        return self.verifier.verify(token)
+
+    async def authenticate(self, header: str | None, state: dict) -> Caller | None:
+        """The verified caller of a request, once per request (the result is kept in `state`, so the
+        rate limiter and the handler verify once). None without an Authorization header; a bad
+        token is 401 `invalid_token`, never anonymous, and is counted, not audited."""
+        if "caller" in state:
+            known = state["caller"]
+            if isinstance(known, ProblemError):
+                raise known
+            return known
+        if header is None:
+            state["caller"] = None
+            return None
+        try:
+            parts = header.split()
+            if len(parts) != 2 or parts[0].lower() != _BEARER:
+                raise InvalidToken("Authorization must be 'Bearer <token>'", "malformed")
+            caller = await self.verify(parts[1])
         except InvalidToken as exc:
-            raise invalid_token(str(exc)) from None
+            self.auth_failures[exc.reason] += 1
+            state["caller"] = error = invalid_token(str(exc))
+            raise error from None
+        state["caller"] = caller
+        return caller
 
     async def caller(self, request: Request) -> Caller | None:
         """The verified caller, or None when no token is presented. A bad token is 401, never anonymous."""
-        header = request.headers.get("authorization")
-        if header is None:
-            return None
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise invalid_token("Authorization must be 'Bearer <token>'")
-        return await self.verify(token.strip())
+        return await self.authenticate(request.headers.get("authorization"), request.scope.setdefault("state", {}))
 
     async def require_caller(self, request: Request, scope: str | None = None) -> Caller:
         caller = await self.caller(request)
         if caller is None:
+            self.auth_failures["missing"] += 1
             raise invalid_token("this endpoint needs a bearer token")
         if scope is not None and not caller.holds(scope):
             raise insufficient_scope(scope)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from contextvars import ContextVar
 
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 _INVALID_TRACE_ID = "0" * 32
@@ -21,3 +22,22 @@ def trace_id_from(traceparent: str | None) -> str | None:
 
 def new_trace_id() -> str:
     return secrets.token_hex(16)
+
+
+# The server's own id for the request being handled, set by the observability middleware. Audit
+# events record it beside the client's trace id, which the client chooses and may reuse.
+_REQUEST_ID: ContextVar[str | None] = ContextVar("capreg_request_id", default=None)
+
+
+def new_request_id() -> str:
+    return secrets.token_hex(12)
+
+
+def set_request_id(request_id: str | None) -> None:
+    _REQUEST_ID.set(request_id)
+
+
+def current_request_id() -> str | None:
+    """The id of the request this code runs for (None outside a request, e.g. in the group-commit
+    task: capture it before handing work over)."""
+    return _REQUEST_ID.get()

@@ -5,8 +5,8 @@ Owns:
   bytewise order (PostgreSQL `COLLATE "C"`) is semver precedence, for an indexed column.
 - `parse_range` / `VersionRange`: npm-style ranges (exact, `^`, `~`, comparator sets, `*`).
 - `resolve`: answering `latest`, an exact version or a range from a set of versions.
-- `previous_in_major` / `breaking_change_allowed`: which published version a new one is checked
-  against for compatibility (contract section 2).
+- `publish_verdict`: which releases a new one is checked against, and the breaking changes that
+  refuse it (one verdict for publishing and for `POST /v1/compatibility`).
 
 Pure: no I/O and no clock. Callers drop retired and not-yet-effective versions before resolving.
 
@@ -17,9 +17,11 @@ ordering (`1.0.0+a == 1.0.0+b`); compare `str(v)` to tell builds apart.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, NamedTuple
+
+from registry.compatibility import BreakingChange, check_compatibility
 
 MAX_VERSION_LENGTH = 128
 MAX_RANGE_LENGTH = 256
@@ -332,14 +334,32 @@ def resolve(spec: str, versions: Iterable[Version]) -> Version | None:
     return max((v for v in candidates if version_range.matches(v)), default=None)
 
 
-def previous_in_major(new: Version, existing: Iterable[Version]) -> Version | None:
-    """The highest existing version below `new` in the same major line: the compatibility baseline.
+class PublishBreak(NamedTuple):
+    """A breaking change publishing a version would make, against `neighbour`: the release below
+    (`above` False: the new one accepts or promises less than it) or the release above, already
+    published (`above` True: it would break callers of the new one)."""
 
-    Pre-releases count, as the contract says "the highest lower version of the same major line".
+    neighbour: Version
+    above: bool
+    change: BreakingChange
+
+
+def publish_verdict(new: Version, contract: Mapping[str, Any], line: Iterable[tuple[Version, Mapping[str, Any]]]) -> list[PublishBreak]:
+    """The one verdict on publishing `new` next to `line` (other releases of the same skill): empty
+    when publishing is accepted. `PUT /v1/agents/...` and `POST /v1/compatibility` both ask this.
+
+    `new` is compared with the highest lower release of its major line, and the next higher release
+    already published must stay compatible with it. A new major version is always accepted, and
+    pre-releases promise nothing: they are neither checked nor used as a baseline (docs/api.md).
     """
-    return max((v for v in existing if v.major == new.major and v < new), default=None)
-
-
-def breaking_change_allowed(new: Version, existing: Iterable[Version]) -> bool:
-    """A breaking change is allowed only when `new` opens its major line (no lower version in it)."""
-    return previous_in_major(new, existing) is None
+    if new.is_prerelease:
+        return []
+    same_line = [(v, c) for v, c in line if v.major == new.major and not v.is_prerelease]
+    lower = max(((v, c) for v, c in same_line if v < new), default=None, key=lambda vc: vc[0])
+    higher = min(((v, c) for v, c in same_line if v > new), default=None, key=lambda vc: vc[0])
+    breaks: list[PublishBreak] = []
+    if lower is not None:
+        breaks += [PublishBreak(lower[0], False, change) for change in check_compatibility(lower[1], contract)]
+    if higher is not None:
+        breaks += [PublishBreak(higher[0], True, change) for change in check_compatibility(contract, higher[1])]
+    return breaks

@@ -8,7 +8,3 @@ import msgspec
 class Wire(msgspec.Struct, rename="camel", kw_only=True):
     """Base for wire types: Python snake_case attributes, camelCase JSON keys."""
 
-
-def to_builtins(value: object) -> object:
-    """Structs to plain JSON-ready Python values (camelCase keys)."""
-    return msgspec.to_builtins(value)

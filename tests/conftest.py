@@ -264,3 +264,11 @@ async def retire_versions(client, mint, db, tenant: str, skill_id: str, version:
         path = f"/v1/agents/{tenant}/{row['agent_id']}/skills/{skill_id}/versions/{row['version']}/retire"
         response = await client.post(path, headers=admin)
         assert response.status_code == 200, response.text
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Say plainly when the browser tests (tests/test_console_browser.py) did not run, and why."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if "test_console_browser" in r.nodeid]
+    if skipped:
+        reason = skipped[0].longrepr[2] if isinstance(skipped[0].longrepr, tuple) else str(skipped[0].longrepr)
+        terminalreporter.write_line(f"{reason.removeprefix('Skipped: ')} ({len(skipped)} tests)", yellow=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,7 +18,6 @@ from registry.arguments import (
     extract_json_object,
     validate_arguments,
 )
-from registry.wire import to_builtins
 
 SCHEMA = {
     "type": "object",
@@ -120,7 +120,7 @@ def test_object_between_prose_is_found(value: dict, before: str, after: str) -> 
 
 
 def issues(report: ValidationReport, kind: str) -> list[tuple[str, str]]:
-    return [(issue["path"], issue["message"]) for issue in to_builtins(report)[kind]]
+    return [(issue["path"], issue["message"]) for issue in msgspec.to_builtins(report)[kind]]
 
 
 def test_valid_arguments() -> None:
@@ -194,7 +194,7 @@ def test_deeply_nested_arguments_are_rejected_without_recursion() -> None:
 
 def test_report_is_camel_case_on_the_wire() -> None:
     report = validate_arguments(SCHEMA, {}, "strict")
-    assert set(to_builtins(report)) == {"valid", "arguments", "errors", "warnings"}
+    assert set(msgspec.to_builtins(report)) == {"valid", "arguments", "errors", "warnings"}
 
 
 def test_equal_schemas_compile_once() -> None:

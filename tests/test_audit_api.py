@@ -24,7 +24,7 @@ from tests.ticket_support import register_finance, ticket_body
 BILLING = example("billing-agent.json")
 DOCS = Path(__file__).parent.parent / "docs" / "audit.md"
 FIELDS = {"seq", "at", "tenant", "actorTenant", "type", "actor", "onBehalfOf", "ref", "scopes", "outcome",
-          "reason", "traceId", "hash", "prevHash"}
+          "reason", "traceId", "hash", "prevHash", "actorIssuer", "requestId"}
 
 
 async def register(client, mint, tenant: str, agent_id: str = "billing-agent", body: dict | None = None) -> None:

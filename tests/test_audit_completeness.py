@@ -1,15 +1,16 @@
 """Completeness: every request that grants, releases, refuses or changes something leaves exactly the
 audit events listed here, found by the request's own trace id; requests that decide nothing leave none.
 
-What counts (decisions where the contract is silent):
+What counts (decisions docs/api.md#event-types records):
 - Registration writes one event per thing it changed: `agent.registered` when the card changed,
   `version.published` per new version. A re-registration that changes nothing writes nothing. A
   refusal writes one denied event: 403 as `agent.registered`, 409 (`version_conflict`,
   `incompatible_change`: an attempt to change published content) as `version.published`.
-- Malformed requests (400) decide nothing and are not audited, and neither is 401 (no principal to
-  name), except on ticket minting: the tickets implementation records every refusal there, a 400 as
-  `ticket.denied` `invalid_request` and a presented but invalid token as `ticket.denied`
-  `invalid_token` with no actor and no tenant (so no tenant's auditor sees it; the chain covers it).
+- Malformed requests (400) decide nothing and are not audited, except on ticket minting, where the
+  tickets implementation records every refusal of an authenticated caller (a 400 as `ticket.denied`
+  `invalid_request`). A request without a valid caller token (401) is never audited, anywhere: there
+  is no principal to name, and anyone could grow the chain (it is counted in /metrics instead). A
+  value PostgreSQL cannot store is a 400 audited as `request.refused` (tests/test_hostile_requests.py).
 - Detail release: one event per request (`detail.released` / `detail.denied`, `reason` the error
   code); the extended card: one per skill it evaluated.
 - Tickets: one per grant or refusal; revocation one per ticket revoked (descendants with reason
@@ -147,8 +148,7 @@ async def test_tickets_and_approvals(walk, client, mint, tenant, other_tenant):
                       ticket_body(tenant, "ledger-agent", "ledger.read", parentTicket=root["ticket"]))
     await walk.expect("POST", "/v1/tickets", router, 404, [("ticket.denied", "denied", "not_found")],
                       ticket_body(tenant, "no-such-agent"))
-    await walk.expect("POST", "/v1/tickets", {"Authorization": "Bearer not.a.token"}, 401,
-                      [("ticket.denied", "denied", "invalid_token")], ticket_body(tenant))
+    await walk.expect("POST", "/v1/tickets", {"Authorization": "Bearer not.a.token"}, 401, [], ticket_body(tenant))
     await walk.expect("POST", "/v1/tickets", router, 400, [("ticket.denied", "denied", "invalid_request")], ticket_body(tenant, scopes=[]))
     await walk.expect("POST", "/v1/tickets/introspect", router, 200, [], {"ticket": root["ticket"]})
 

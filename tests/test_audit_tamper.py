@@ -22,6 +22,8 @@ from tests.audit_support import capreg_cli, fresh_database
 README = Path(__file__).parent.parent / "README.md"
 
 # Eight events in three transactions, with the awkward values: nulls, several scopes, non-ASCII text.
+# The first two transactions are shaped as events written before actorIssuer and requestId existed
+# (both null: hashed as they always were); the third carries them.
 EVENTS = [
     [AuditEvent(type="agent.registered", outcome="allowed", tenant="acme", actor_tenant="acme", actor="ci", ref="acme/billing")],
     [
@@ -38,13 +40,13 @@ EVENTS = [
         AuditEvent(type="ticket.denied", outcome="denied", tenant="acme", actor_tenant="acme", actor="router",
                    ref="acme/billing/invoice.lookup@2.0.0", scopes=["invoice:write"], reason="scope_escalation"),
         AuditEvent(type="version.deprecated", outcome="allowed", tenant="acme", actor_tenant="acme", actor="admin",
-                   ref="acme/billing/invoice.lookup@2.0.0"),
+                   ref="acme/billing/invoice.lookup@2.0.0", actor_issuer="capreg", request_id="5d0b2c1e9a7f4e3b8c6d2a10"),
         AuditEvent(type="version.retired", outcome="allowed", tenant="acme", actor_tenant="acme", actor="admin",
-                   ref="acme/billing/invoice.lookup@2.0.0"),
+                   ref="acme/billing/invoice.lookup@2.0.0", actor_issuer="https://idp.example.test/", request_id=None),
     ],
 ]
 HASHED_COLUMNS = ["at", "tenant", "actor_tenant", "type", "actor", "on_behalf_of", "ref", "scopes", "outcome",
-                  "reason", "trace_id", "prev_hash", "hash"]
+                  "reason", "trace_id", "actor_issuer", "request_id", "prev_hash", "hash"]
 
 
 @pytest.fixture
@@ -108,20 +110,21 @@ async def test_reordered_rows_are_named(log_url):
     assert_broken_at(verify(log_url), 4)
 
 
+@pytest.mark.parametrize("seq", [2, 7])  # an event from before actorIssuer/requestId, and one with them
 @pytest.mark.parametrize("column", HASHED_COLUMNS)
-async def test_an_edit_to_any_column_breaks_the_chain(log_url, column):
+async def test_an_edit_to_any_column_breaks_the_chain(log_url, column, seq):
     edits = {
         "at": "at + interval '1 microsecond'", "scopes": "ARRAY['invoice:list', 'invoice:read']",
         "prev_hash": "repeat('f', 64)", "hash": "repeat('f', 64)", "outcome": "'denied'",
     }
     value = edits.get(column, "'x'")
-    await tamper(log_url, f"UPDATE audit_events SET {column} = {value} WHERE seq = 2")
+    await tamper(log_url, f"UPDATE audit_events SET {column} = {value} WHERE seq = {seq}")
     conn = await connect(log_url)
     try:  # in process (the CLI runs the same function; the tests above run the CLI itself)
         report = await verify_stored_chain(conn, {})
     finally:
         await conn.close()
-    assert report.breach is not None and report.breach.seq == 2
+    assert report.breach is not None and report.breach.seq == seq
 
 
 async def test_the_hash_covers_every_column_of_audit_events(db):
@@ -129,7 +132,7 @@ async def test_the_hash_covers_every_column_of_audit_events(db):
         "SELECT column_name FROM information_schema.columns WHERE table_name = 'audit_events' ORDER BY ordinal_position"
     )
     # seq is the position in the chain (checked as a link), not a field to edit: every other column is hashed.
-    assert [c["column_name"] for c in columns] == ["seq", *HASHED_COLUMNS[:-2], "prev_hash", "hash"]
+    assert [c["column_name"] for c in columns] == ["seq", *HASHED_COLUMNS[:-4], "prev_hash", "hash", "actor_issuer", "request_id"]
 
 
 async def test_verification_does_not_depend_on_time_zones(log_url):
@@ -171,7 +174,8 @@ async def rewrite_from(url: str, seq: int) -> None:
         prev = await conn.fetchval("SELECT hash FROM audit_events WHERE seq = $1", seq - 1)
         for row in rows:
             event = AuditEvent(**{k: row[k] for k in ("type", "outcome", "tenant", "actor_tenant", "actor",
-                                                       "on_behalf_of", "ref", "scopes", "reason", "trace_id")})
+                                                       "on_behalf_of", "ref", "scopes", "reason", "trace_id",
+                                                       "actor_issuer", "request_id")})
             digest = event_hash(prev, row["seq"], row["at"], event)
             await conn.execute("UPDATE audit_events SET prev_hash = $1, hash = $2 WHERE seq = $3", prev, digest, row["seq"])
             prev = digest

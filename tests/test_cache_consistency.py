@@ -4,6 +4,7 @@ for callers who may not see a record."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import os
 import signal
@@ -161,7 +162,7 @@ async def test_health_turns_stale_when_the_lease_lapses_although_nothing_was_wri
 
     assert await health() == {"healthy"}
     assert await health() == {"healthy"}  # from the cache
-    time.sleep(1.2)
+    await asyncio.sleep(1.2)
     assert await health() == {"stale"}
 
 
@@ -175,7 +176,7 @@ async def test_a_version_appears_when_it_becomes_effective(client, mint, tenant)
     query = {"tenant": tenant, "skill": "invoice.lookup"}
     assert refs(await client.get("/v1/capabilities", params=query)) == [f"{tenant}/billing-agent/invoice.lookup@2.0.0"]
     assert refs(await client.get("/v1/capabilities", params=query)) == [f"{tenant}/billing-agent/invoice.lookup@2.0.0"]
-    time.sleep(1.7)
+    await asyncio.sleep(1.7)
     assert refs(await client.get("/v1/capabilities", params=query)) == [f"{tenant}/billing-agent/invoice.lookup@2.1.0"]
 
 

@@ -1,5 +1,5 @@
 """A2A cards built from the example registrations parse with the official a2a-sdk and release
-only what the contract allows."""
+only what docs/api.md#agent-views-and-cards allows."""
 
 from __future__ import annotations
 

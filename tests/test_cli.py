@@ -46,7 +46,7 @@ def test_register_reports_failure_with_exit_code(live_server, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"name": "x"}')
     result = capreg({**env, "CAPREG_URL": base, "CAPREG_TOKEN": token}, "register", str(bad), "--tenant", "acme", "--agent-id", "x", check=False)
-    assert result.returncode == 1 and "invalid_request" in result.stdout
+    assert result.returncode == 1 and "invalid_request" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_metrics_and_schema_on_the_real_server(live_server):

@@ -1,4 +1,4 @@
-"""registry.compatibility: the breaking-change table (contract section 2) and subsumption properties.
+"""registry.compatibility: the breaking-change table (docs/api.md#compatibility) and subsumption properties.
 
 The table pins kinds and paths. The properties check the checker against a real JSON Schema
 validator: whatever it calls compatible must keep every old input valid (and every new output

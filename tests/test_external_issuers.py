@@ -1,8 +1,11 @@
 """External identity providers (CAPREG_TRUSTED_ISSUERS) end to end: a second app on the same database
-trusts an IdP whose JWKS is a file; its tokens work for detail release, and nothing else does."""
+trusts an IdP whose JWKS is a file; its tokens work for detail release, and nothing else does. An
+issuer speaks only for the tenants it is configured for, its key set is re-read without a restart,
+and audit events name it (`actorIssuer`)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import tempfile
 import time
@@ -14,6 +17,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from auth.issuers import URL_MAX_SECONDS, URL_MIN_SECONDS, IssuerKeyRefresher, url_refetch_after
 from registry.config import Settings, TrustedIssuer, load_settings
 from tests.conftest import running_app, example
 
@@ -62,7 +66,7 @@ async def idp_client(database_url, idp):
     settings = Settings(
         database_url=database_url,
         home=Path(tempfile.mkdtemp(prefix="capreg-home-")),
-        trusted_issuers=[TrustedIssuer(issuer=IDP, jwks_file=str(idp.jwks_file))],
+        trusted_issuers=[TrustedIssuer(issuer=IDP, tenants=["*"], jwks_file=str(idp.jwks_file))],
     )
     async with running_app(settings) as (_, client):
         yield client
@@ -90,9 +94,10 @@ async def test_idp_tokens_release_details(idp_client, idp, billing, tenant, db):
         assert response.status_code == 200, (typ, response.text)
         assert response.json()["inputSchema"] == BILLING["skills"][0]["inputSchema"]
     event = await db.fetchrow(
-        "SELECT type, actor, actor_tenant FROM audit_events WHERE trace_id = $1", response.headers["x-trace-id"]
+        "SELECT type, actor, actor_tenant, actor_issuer, request_id FROM audit_events WHERE trace_id = $1",
+        response.headers["x-trace-id"],
     )
-    assert tuple(event) == ("detail.released", "idp-router", tenant)
+    assert tuple(event) == ("detail.released", "idp-router", tenant, IDP, response.headers["x-request-id"])
     # The same checks apply to IdP callers: another tenant sees nothing, a missing scope is 403.
     stranger = await idp_client.get(billing, headers=bearer(idp.token(idp.claims("s" + tenant, "invoice:read", ["eu"]))))
     assert stranger.status_code == 404
@@ -151,5 +156,115 @@ async def test_untrusted_or_wrong_tokens_are_401(idp_client, client, idp, billin
 
 
 def test_trusted_issuers_setting_reads_a_jwks_file(idp):
-    settings = load_settings({"CAPREG_TRUSTED_ISSUERS": json.dumps([{"issuer": IDP, "jwksFile": str(idp.jwks_file)}])})
-    assert settings.trusted_issuers == [TrustedIssuer(issuer=IDP, jwks_file=str(idp.jwks_file))]
+    settings = load_settings({"CAPREG_TRUSTED_ISSUERS": json.dumps(
+        [{"issuer": IDP, "jwksFile": str(idp.jwks_file), "tenants": ["acme", "globex"]}])})
+    assert settings.trusted_issuers == [TrustedIssuer(issuer=IDP, tenants=["acme", "globex"], jwks_file=str(idp.jwks_file))]
+
+
+@pytest.mark.parametrize("tenants", [None, [], [""]])
+def test_an_issuer_without_tenants_stops_start_up_with_a_message_that_says_so(idp, tenants):
+    entry = {"issuer": IDP, "jwksFile": str(idp.jwks_file)}
+    if tenants is not None:
+        entry["tenants"] = tenants
+    with pytest.raises(SystemExit) as stopped:
+        load_settings({"CAPREG_TRUSTED_ISSUERS": json.dumps([entry])})
+    assert "tenants" in str(stopped.value) and IDP in str(stopped.value)
+    assert '"*"' in str(stopped.value)
+
+
+# ---------------------------------------------------------------------------
+# Issuers bound to tenants; key sets re-read without a restart
+
+
+@pytest.fixture
+async def bound(database_url, tenant):
+    """A capreg trusting a fresh IdP for `tenant` only (its own JWKS file, so tests can rewrite it)."""
+    provider = IdentityProvider(Path(tempfile.mkdtemp(prefix="capreg-idp-")))
+    settings = Settings(
+        database_url=database_url, home=Path(tempfile.mkdtemp(prefix="capreg-home-")),
+        trusted_issuers=[TrustedIssuer(issuer=IDP, tenants=[tenant], jwks_file=str(provider.jwks_file))],
+    )
+    async with running_app(settings) as (application, client):
+        yield provider, client, application.state.registry
+
+
+async def test_an_issuer_cannot_speak_for_a_tenant_it_is_not_bound_to(bound, client, mint, billing, tenant, other_tenant, db):
+    provider, partner, registry = bound
+    victim = other_tenant
+    await client.put(f"/v1/agents/{victim}/billing-agent", json={**BILLING, "visibility": "tenant"},
+                     headers=mint(victim, "publisher", "registry:publish"))
+    own = await partner.get(billing, headers=bearer(provider.token(provider.claims(tenant, "invoice:read", ["eu"]))))
+    assert own.status_code == 200, own.text
+    # The partner's IdP claims the victim's tenant, with admin rights: the token is not valid at all.
+    head = await db.fetchval("SELECT seq FROM audit_head")
+    before = registry.auth_failures["tenant_not_allowed"]
+    claimed = bearer(provider.token(provider.claims(victim, "invoice:read registry:admin", ["eu"])))
+    detail = await partner.get(f"/v1/agents/{victim}/billing-agent/skills/invoice.lookup/versions/2.0.0", headers=claimed)
+    assert detail.status_code == 401 and detail.json()["code"] == "invalid_token"
+    deprecate = await partner.post(
+        f"/v1/agents/{victim}/billing-agent/skills/invoice.lookup/versions/2.0.0/deprecate", json={}, headers=claimed)
+    assert deprecate.status_code == 401
+    assert registry.auth_failures["tenant_not_allowed"] - before == 2
+    # Not audited (no principal), and nothing changed.
+    assert await db.fetchval("SELECT count(*) FROM audit_events WHERE seq > $1 AND tenant = $2", head, victim) == 0
+    assert await db.fetchval("SELECT status FROM capability_versions WHERE tenant = $1", victim) == "active"
+    metrics = (await partner.get("/metrics")).text
+    assert 'capreg_auth_failures_total{reason="tenant_not_allowed"}' in metrics
+
+
+async def wait_for(predicate, seconds: float = 5.0):
+    deadline = time.monotonic() + seconds
+    while True:
+        result = await predicate()
+        if result or time.monotonic() > deadline:
+            return result
+        await asyncio.sleep(0.2)
+
+
+async def test_a_new_key_verifies_and_a_removed_key_stops_without_a_restart(bound, billing, tenant):
+    provider, partner, _ = bound
+    claims = provider.claims(tenant, "invoice:read", ["eu"], exp=int(time.time()) + 3600)
+    old_token = provider.token(claims)
+    assert (await partner.get(billing, headers=bearer(old_token))).status_code == 200  # now cached as verified
+    # The IdP adds a key: a token naming it verifies at once (an unknown kid re-reads the file).
+    new_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    both = [jwk_of(provider.key.public_key(), IDP_KID, "RS256"), jwk_of(new_key.public_key(), "idp-rsa-2", "RS256")]
+    provider.jwks_file.write_text(json.dumps({"keys": both}))
+    new_token = provider.token(provider.claims(tenant, "invoice:read", ["eu"]), kid="idp-rsa-2", key=new_key)
+    assert (await partner.get(billing, headers=bearer(new_token))).status_code == 200
+    # The IdP drops the old key: tokens it signed, verified before or not, stop working within seconds.
+    provider.jwks_file.write_text(json.dumps({"keys": both[1:]}))
+    started = time.monotonic()
+
+    async def refused() -> bool:
+        return (await partner.get(billing, headers=bearer(old_token))).status_code == 401
+
+    assert await wait_for(refused, 10), "a removed key kept verifying"
+    assert time.monotonic() - started < 60
+    fresh_old = provider.token(provider.claims(tenant, "invoice:read", ["eu"]))
+    assert (await partner.get(billing, headers=bearer(fresh_old))).status_code == 401
+    assert (await partner.get(billing, headers=bearer(new_token))).status_code == 200
+
+
+def test_jwks_url_refetch_follows_cache_headers_within_bounds():
+    assert url_refetch_after("public, max-age=45") == 45
+    assert url_refetch_after("max-age=5") == URL_MIN_SECONDS  # never hammer the IdP
+    assert url_refetch_after("max-age=86400") == URL_MAX_SECONDS  # a removed key goes within 60 s
+    assert url_refetch_after(None) == URL_MAX_SECONDS
+
+
+async def test_an_unknown_kid_refetches_a_jwks_url_at_most_once_per_30_seconds(monkeypatch):
+    now = [1000.0]
+    trusted = TrustedIssuer(issuer=IDP, tenants=["*"], jwks_url="https://idp.example.test/jwks")
+    refresher = IssuerKeyRefresher([trusted], {}, clock=lambda: now[0])
+    fetched = []
+
+    async def reread(issuer):
+        fetched.append(now[0])
+        refresher._last_fetch[issuer.issuer] = now[0]
+
+    monkeypatch.setattr(refresher, "_reread", reread)
+    for step in range(0, 70, 5):  # a token with an unknown kid every 5 s for 70 s
+        now[0] = 1000.0 + step
+        await refresher.unknown_kid(IDP)
+    assert fetched == [1030.0, 1060.0]

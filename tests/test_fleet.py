@@ -96,6 +96,8 @@ async def test_bad_heartbeats_each_get_their_error_and_renew_nothing(client, min
         {"instanceId": "i-1", "ttlSeconds": 4}, {"instanceId": "i-1", "ttlSeconds": 3601},
         {"instanceId": "i-1", "load": -0.01}, {"instanceId": "i-1", "load": 1.01}, {"instanceId": "i-1", "load": "high"},
         {"instanceId": "i-1", "load": [0.5]}, {"instanceId": "i-1", "load": {"cpu": 0.5}},
+        {"instanceId": "i-1", "load": "0.5"}, {"instanceId": "i-1", "load": True}, {"instanceId": "i-1", "ttlSeconds": "30"},
+        {"instanceId": "i-1", "ttlSeconds": 30.5}, {"instanceId": "i-1", "unknown": 1},
         {"instanceId": "i-1", "url": "https://x.example/\u0000"}, {"instanceId": "i\u00001"},
     ):
         response = await heartbeat(client, mint, tenant, body)

@@ -146,6 +146,7 @@ async def test_lifecycle_needs_admin_of_the_own_tenant(client, mint, tenant, oth
     assert (await client.post(f"{base}/retire")).status_code == 401
     response = await client.post(f"{base}/retire", headers=mint(tenant, "p", "registry:publish"))
     assert response.status_code == 403 and response.json()["code"] == "insufficient_scope"
+    assert response.headers["www-authenticate"] == 'Bearer error="insufficient_scope", scope="registry:admin"'
     response = await client.post(f"{base}/retire", headers=mint(other_tenant, "a", "registry:admin"))
     assert response.status_code == 403 and response.json()["code"] == "tenant_mismatch"  # the record is public
     response = await client.post(base.replace("2.0.0", "9.9.9") + "/retire", headers=mint(tenant, "a", "registry:admin"))

@@ -338,15 +338,20 @@ def bad_caller_tokens(registry, tenant: str) -> dict[str, str]:
     }
 
 
-async def test_bad_caller_tokens_are_401_and_audited_with_no_actor(client, finance, db, registry):
+async def test_bad_caller_tokens_are_401_and_not_audited(client, finance, db, registry):
+    """Who sent a bad token is unknown: nothing is written to the audit chain (anyone could grow
+    it); the refusals are counted in /metrics instead."""
+    head = await db.fetchval("SELECT seq FROM audit_head")
+    failures = sum(registry.auth_failures.values())
     for label, token in bad_caller_tokens(registry, finance).items():
         headers, trace = traced({"Authorization": f"Bearer {token}"})
         response = await client.post("/v1/tickets", json=ticket_body(finance), headers=headers)
         assert response.status_code == 401, (label, response.text)
         assert response.json()["code"] == "invalid_token" and response.headers["www-authenticate"].startswith("Bearer")
-        assert [(e["type"], e["reason"], e["actor"], e["tenant"]) for e in await events_of(db, trace)] == [
-            ("ticket.denied", "invalid_token", None, None)
-        ], label
+        assert await events_of(db, trace) == [], label
+    assert sum(registry.auth_failures.values()) - failures == len(bad_caller_tokens(registry, finance))
+    assert registry.auth_failures["expired"] >= 1 and registry.auth_failures["unknown_key"] >= 1
+    assert await db.fetchval("SELECT count(*) FROM audit_events WHERE seq > $1 AND actor IS NULL", head) == 0
     # No token at all claims nothing: 401, and nothing recorded.
     headers, trace = traced()
     response = await client.post("/v1/tickets", json=ticket_body(finance), headers=headers)
@@ -496,7 +501,7 @@ async def test_list_tickets_for_auditors(client, mint, finance, tenant, other_te
     assert [i["jti"] for i in everything["items"]] == [root["jti"], child["jti"], grandchild["jti"]]
     assert everything["nextCursor"] is None
     item = everything["items"][0]
-    # The same items as the grant report (contract section 6: "lists tickets the same way").
+    # The same items as the grant report (docs/api.md#listing-tickets).
     assert set(item) == {"actor", "onBehalfOf", "audience", "ref", "scopes", "resources", "jti", "issuedAt", "expiresAt",
                          "depth", "maxDepth", "parent", "act", "active"}
     assert [i["active"] for i in everything["items"]] == [True, False, False]

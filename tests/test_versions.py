@@ -12,9 +12,8 @@ from registry.versions import (
     InvalidRange,
     InvalidVersion,
     Version,
-    breaking_change_allowed,
     parse_range,
-    previous_in_major,
+    publish_verdict,
     resolve,
 )
 
@@ -287,17 +286,24 @@ def test_resolve_rejects_malformed_specs(spec: str) -> None:
         resolve(spec, PUBLISHED)
 
 
-def test_previous_in_major_and_breaking_changes() -> None:
-    existing = [V(t) for t in ["1.0.0", "1.2.0", "2.0.0", "2.3.0", "2.5.0", "3.0.0-rc.1"]]
-    assert previous_in_major(V("2.4.0"), existing) == V("2.3.0")
-    assert previous_in_major(V("2.6.0"), existing) == V("2.5.0")
-    assert previous_in_major(V("1.1.0"), existing) == V("1.0.0")
-    assert previous_in_major(V("2.0.0"), existing) is None
-    assert previous_in_major(V("4.0.0"), existing) is None
-    # pre-releases are part of their major line (the contract's "highest lower version")
-    assert previous_in_major(V("3.0.0"), existing) == V("3.0.0-rc.1")
-    assert previous_in_major(V("3.0.0-rc.0"), existing) is None
-    assert breaking_change_allowed(V("4.0.0"), existing)
-    assert breaking_change_allowed(V("2.0.0"), existing[:1])
-    assert not breaking_change_allowed(V("2.6.0"), existing)
-    assert not breaking_change_allowed(V("1.0.1"), existing)
+def test_publish_verdict_compares_with_the_neighbouring_releases_of_the_major_line() -> None:
+    required = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+    loose = {"type": "object", "properties": {"a": {"type": "string"}}}
+
+    def contract(schema):
+        return {"inputSchema": schema, "outputSchema": {}, "scopes": [], "sideEffect": "none"}
+
+    line = [(V(t), contract(loose)) for t in ["1.0.0", "2.0.0", "2.3.0", "2.5.0", "3.0.0-rc.1"]]
+    # checked against 2.3.0 below and 2.5.0 above; a required property breaks callers of 2.3.0
+    [found] = publish_verdict(V("2.4.0"), contract(required), line)
+    assert (found.neighbour, found.above, found.change.kind) == (V("2.3.0"), False, "required_added")
+    assert publish_verdict(V("2.4.0"), contract(loose), line) == []
+    # a new major line, a pre-release, and a release whose only lower neighbour is a pre-release
+    assert publish_verdict(V("4.0.0"), contract(required), line) == []
+    assert publish_verdict(V("2.6.0-rc.1"), contract(required), line) == []
+    assert publish_verdict(V("3.0.0"), contract(required), line) == []
+    # the release above must stay compatible with the new one (2.5.0 accepts less than 2.4.0 would)
+    stricter_above = [(V("2.3.0"), contract(required)), (V("2.5.0"), contract(required))]
+    [above] = publish_verdict(V("2.4.0"), contract(loose), stricter_above)
+    assert (above.neighbour, above.above) == (V("2.5.0"), True)
+

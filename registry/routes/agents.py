@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 import msgspec
 from litestar import Request, Response, get, post, put
-from litestar.params import JSONBody, PathParameter
+from litestar.params import PathParameter
 
 from auth.policy import can_see
 from db import agents as agent_queries
@@ -20,9 +20,17 @@ from registry.cards import public_agent_card
 from registry.discovery import AgentView, agent_view, capability_version, public_capability
 from registry.problems import ProblemError, insufficient_scope, not_found, problem_responses, tenant_mismatch
 from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN, AgentRegistration, PublicCapability
-from registry.registration import VersionRef, apply_registration, prepare_registration, registration_digest
+from registry.registration import (
+    VersionRef,
+    apply_registration,
+    check_compatibility_ahead,
+    prepare_registration,
+    registration_digest,
+)
 from registry.response_cache import CachedResponse, etag_of, expiry
+from registry.request_guard import body_schema, read_body
 from registry.service import registry_of, trace_id_of
+from registry.tracing import current_request_id
 from registry.wire import Wire
 
 TenantPath = Annotated[str, PathParameter(pattern=TENANT_PATTERN, description="tenant id")]
@@ -117,19 +125,22 @@ async def _unchanged_registration(request: Request) -> Response | None:
     summary="Register or update an agent and publish its capability versions",
     before_request=_unchanged_registration,
     responses=problem_responses(400, 401, 403, 409, 413),
+    dependencies=body_schema(AgentRegistration),
 )
 async def register_agent(
-    request: Request, tenant: TenantPath, agent_id: AgentPath, data: JSONBody[AgentRegistration]
+    request: Request, tenant: TenantPath, agent_id: AgentPath
 ) -> Response[RegistrationResponse]:
     registry = registry_of(request)
     caller = await registry.require_caller(request)
+    data = await read_body(request, AgentRegistration)
 
     async def refused(error: ProblemError, event_type: str) -> ProblemError:
         # Refusals are audited (a publish into another tenant, a change to a published version);
         # malformed bodies (400) and no-op re-registrations are not: nothing was decided or changed.
         await registry.writes.record([AuditEvent(
             type=event_type, outcome="denied", tenant=tenant, actor_tenant=caller.tenant, actor=caller.sub,
-            ref=f"{tenant}/{agent_id}", reason=error.code, trace_id=trace_id_of(request),
+            actor_issuer=caller.issuer, ref=f"{tenant}/{agent_id}", reason=error.code, trace_id=trace_id_of(request),
+            request_id=current_request_id(),
         )])
         return error
 
@@ -137,10 +148,15 @@ async def register_agent(
         raise await refused(insufficient_scope("registry:publish"), "agent.registered")
     if caller.tenant != tenant:
         raise await refused(tenant_mismatch(), "agent.registered")
-    prepared = prepare_registration(data, registration_digest(await request.body()))
+    prepared = await prepare_registration(data)
+    await check_compatibility_ahead(registry.pool, tenant, agent_id, prepared)
+    # Stored with the agent: these exact bytes, sent again, take the fast path (_unchanged_registration).
+    prepared = msgspec.structs.replace(prepared, body_hash=registration_digest(await request.body()))
+    trace_id, request_id = trace_id_of(request), current_request_id()  # the write runs in another task
     try:
         result = await registry.writes.run(
-            lambda scope: apply_registration(scope, caller, tenant, agent_id, prepared, trace_id=trace_id_of(request))
+            lambda scope: apply_registration(scope, caller, tenant, agent_id, prepared, trace_id=trace_id,
+                                             request_id=request_id)
         )
     except ProblemError as error:  # 409 version_conflict or incompatible_change: nothing applied
         raise await refused(error, "version.published") from None
@@ -249,10 +265,12 @@ async def list_skill_versions(
     status_code=200,
     summary="Renew an instance's liveness lease",
     responses=problem_responses(400, 401, 403, 404),
+    dependencies=body_schema(Heartbeat),
 )
-async def heartbeat(request: Request, tenant: TenantPath, agent_id: AgentPath, data: JSONBody[Heartbeat]) -> HeartbeatResponse:
+async def heartbeat(request: Request, tenant: TenantPath, agent_id: AgentPath) -> HeartbeatResponse:
     registry = registry_of(request)
     caller = await registry.require_caller(request, "registry:publish")
+    data = await read_body(request, Heartbeat)
     if caller.tenant != tenant:
         agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
         if agent is None or not can_see(caller, tenant=tenant, visibility=agent["visibility"], shared_with=agent["shared_with"]):

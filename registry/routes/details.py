@@ -1,4 +1,4 @@
-"""HTTP: detail release (contract section 4) — a capability version's schemas and endpoints, the A2A
+"""HTTP: detail release (docs/api.md#detail-release) — a capability version's schemas and endpoints, the A2A
 extended agent card, tool exports and argument validation, each only after the visibility,
 retirement, scope and data-region checks, each release and refusal audited before answering.
 
@@ -8,37 +8,25 @@ given or refused, and an unauthenticated request would let anyone grow it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
-import msgspec
 from litestar import Request, get, post
-from litestar.params import JSONBody, PathParameter, QueryParameter
+from litestar.params import PathParameter, QueryParameter
 
-from auth.policy import NOT_FOUND, CapabilityGate, Decision, can_see, decide_release
+from auth.policy import NOT_FOUND, CapabilityGate, can_see, decide_release
 from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
-from registry.arguments import Mode, ValidationReport, validate_arguments
-from registry.cards import extended_agent_card, mcp_tool, openai_tool
-from registry.discovery import capability_version, public_capability
-from registry.problems import ErrorItem, ProblemError, invalid_request, not_found, problem_responses
-from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN, CapabilityVersion
-from registry.release import (
-    CapabilityDetail,
-    capability_detail,
-    choose_version,
-    endpoints,
-    parse_version_request,
-    refusal,
-    release_event,
-    requested_ref,
-    withheld_extended_card,
-)
+from registry.arguments import Mode, ValidationReport, validate_arguments_bounded
+from registry.cards import extended_agent_card
+from registry.discovery import capability_version
+from registry.problems import not_found, problem_responses
+from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN
+from registry import release_service
+from registry.release import CapabilityDetail, release_event, withheld_extended_card
+from registry.release_service import Released, detail_of, tool_definition
+from registry.request_guard import body_schema, read_body
 from registry.service import Registry, registry_of, trace_id_of
-from registry.skill_records import skill_record
-from registry.versions import InvalidRange
 from registry.wire import Wire
 
 TenantPath = Annotated[str, PathParameter(pattern=TENANT_PATTERN, description="tenant id")]
@@ -56,53 +44,17 @@ _VERSION_PATH = "/v1/agents/{tenant:str}/{agent_id:str}/skills/{skill_id:str}/ve
 _GATED = problem_responses(400, 401, 403, 404, 410)
 
 
-class Released(msgspec.Struct, frozen=True):
-    """A capability version the caller passed the checks for, with the rows it came from."""
-
-    cap: CapabilityVersion
-    row: Any
-    agent: Any
-    instances: Any
-
-
 async def release(
     request: Request, tenant: str, agent_id: str, skill_id: str, version: str
 ) -> tuple[Registry, Caller, Released]:
-    """Resolve `version` and run the checks in contract order; audit the outcome, then answer.
-
-    A malformed range is 400 before anything is looked up (it says nothing about any record).
-    """
+    """Authenticate, then release through the service (registry.release_service)."""
     registry = registry_of(request)
     caller = await registry.require_caller(request)
-    try:
-        wanted = parse_version_request(version)
-    except InvalidRange as exc:
-        raise invalid_request("not a version, `latest` or a version range", [ErrorItem(path="version", message=str(exc))]) from None
-    trace_id = trace_id_of(request)
-    ref = requested_ref(tenant, agent_id, skill_id, version)
-
-    async def denied(decision: Decision, *, ref: str, scopes: Sequence[str] = ()) -> ProblemError:
-        event = release_event(caller, tenant=tenant, ref=ref, decision=decision, scopes=scopes, trace_id=trace_id)
-        await registry.writes.record([event])
-        return refusal(decision, ref=ref)
-
-    skill = await skill_record(registry, tenant, agent_id, skill_id)
-    agent = skill.agent
-    if agent is None or not can_see(
-        caller, tenant=agent["tenant"], visibility=agent["visibility"], shared_with=agent["shared_with"]
-    ):
-        raise await denied(NOT_FOUND, ref=ref)
-    chosen = choose_version([cap for cap, _ in skill.versions], wanted, now=datetime.now(timezone.utc))
-    if chosen is None:
-        raise await denied(NOT_FOUND, ref=ref)
-    row = next(row for cap, row in skill.versions if cap is chosen)
-    gate = CapabilityGate.of(chosen, visibility=agent["visibility"], shared_with=agent["shared_with"])
-    decision = decide_release(caller, gate, exact_version=wanted.exact)
-    if not decision.allowed:
-        raise await denied(decision, ref=chosen.ref, scopes=chosen.scopes)
-    event = release_event(caller, tenant=tenant, ref=chosen.ref, decision=decision, scopes=chosen.scopes, trace_id=trace_id)
-    await registry.writes.record([event])
-    return registry, caller, Released(cap=chosen, row=row, agent=agent, instances=skill.instances)
+    released = await release_service.release(
+        registry, caller, tenant=tenant, agent_id=agent_id, skill_id=skill_id, version=version,
+        trace_id=trace_id_of(request),
+    )
+    return registry, caller, released
 
 
 @get(
@@ -121,9 +73,7 @@ async def get_capability_detail(
     request: Request, tenant: TenantPath, agent_id: AgentPath, skill_id: SkillPath, version: VersionPath
 ) -> CapabilityDetail:
     _, _, released = await release(request, tenant, agent_id, skill_id, version)
-    return capability_detail(
-        public_capability(released.row), released.cap, endpoints(released.agent["card"], released.instances)
-    )
+    return detail_of(released)
 
 
 @get(
@@ -177,7 +127,7 @@ async def get_capability_tool(
     format: Annotated[Literal["openai", "mcp"], QueryParameter(description="openai or mcp")],  # noqa: A002
 ) -> dict:
     _, _, released = await release(request, tenant, agent_id, skill_id, version)
-    return openai_tool(released.cap) if format == "openai" else mcp_tool(released.cap)
+    return tool_definition(released, format)
 
 
 class ValidateRequest(Wire, forbid_unknown_fields=True):
@@ -185,22 +135,6 @@ class ValidateRequest(Wire, forbid_unknown_fields=True):
 
     arguments: dict[str, Any] | str
     mode: Mode = "strict"
-
-
-async def reject_unreadably_deep_json(request: Request) -> None:
-    """400 for a body nested deeper than the JSON decoder can follow.
-
-    msgspec raises RecursionError (not a DecodeError) there, which litestar would let through as
-    a 500; this runs before litestar decodes the body. Other decode errors are litestar's to report.
-    """
-    try:
-        msgspec.json.decode(await request.body())
-    except RecursionError:
-        raise invalid_request(
-            "request body is nested too deeply", [ErrorItem(path="", message="JSON nesting exceeds the decoder's limit")]
-        ) from None
-    except msgspec.DecodeError:
-        pass
 
 
 @post(
@@ -214,7 +148,7 @@ async def reject_unreadably_deep_json(request: Request) -> None:
         "and reported as warnings."
     ),
     responses=problem_responses(400, 401, 403, 404, 410, 413),
-    before_request=reject_unreadably_deep_json,
+    dependencies=body_schema(ValidateRequest),
 )
 async def validate_capability_arguments(
     request: Request,
@@ -222,10 +156,11 @@ async def validate_capability_arguments(
     agent_id: AgentPath,
     skill_id: SkillPath,
     version: VersionPath,
-    data: JSONBody[ValidateRequest],
 ) -> ValidationReport:
+    await registry_of(request).require_caller(request)  # 401 before the body is looked at
+    data = await read_body(request, ValidateRequest)
     _, _, released = await release(request, tenant, agent_id, skill_id, version)
-    return validate_arguments(released.cap.input_schema, data.arguments, data.mode)
+    return await validate_arguments_bounded(released.cap.input_schema, data.arguments, data.mode)
 
 
 ROUTES = [get_capability_detail, get_extended_agent_card, get_capability_tool, validate_capability_arguments]

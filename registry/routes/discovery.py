@@ -3,32 +3,27 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
 from typing import Annotated, Literal
 
-import msgspec
 from litestar import Request, Response, get
 from litestar.params import QueryParameter
 
-from db import capabilities as capability_queries
 from db import changes as change_queries
 from registry.discovery import (
+    DEFAULT_LIMIT,
     MAX_LIMIT,
+    QUERY_MAX_LENGTH,
+    REGION_MAX_LENGTH,
     DiscoveryPage,
-    decode_cursor,
-    encode_cursor,
-    etag_for,
+    DiscoveryQuery,
+    discovery_page,
     etag_matches,
-    public_capability,
-    side_effect_rank,
+    viewer_tenant,
 )
 from registry.problems import problem_responses
-from registry.response_cache import CachedResponse, expiry
+from registry.response_cache import CachedResponse
 from registry.service import registry_of
 from registry.wire import Wire
-
-_encoder = msgspec.json.Encoder()
-
 
 class Change(Wire):
     seq: int
@@ -43,9 +38,7 @@ class ChangePage(Wire):
 
 
 async def _viewer(request: Request) -> str | None:
-    """The tenant whose records discovery adds for this caller (None: public records only)."""
-    caller = await registry_of(request).caller(request)
-    return caller.tenant if caller is not None and caller.holds("registry:read") else None
+    return viewer_tenant(await registry_of(request).caller(request))
 
 
 def _cached_answer(request: Request, entry: CachedResponse, viewer: str | None) -> Response:
@@ -72,34 +65,27 @@ async def _answer_from_cache(request: Request) -> Response | None:
 )
 async def discover(
     request: Request,
-    q: Annotated[str | None, QueryParameter(max_length=256, description="text over id, name, description, tags")] = None,
+    q: Annotated[str | None, QueryParameter(max_length=QUERY_MAX_LENGTH, description="text over id, name, description, tags")] = None,
     skill: Annotated[str | None, QueryParameter(max_length=129, description="exact skill id, or a prefix ending in *")] = None,
     tag: Annotated[list[str] | None, QueryParameter(description="repeatable; all must match")] = None,
     side_effect_max: Annotated[str | None, QueryParameter(name="sideEffectMax", description="none, idempotent, write or destructive")] = None,
-    region: Annotated[str | None, QueryParameter(max_length=32)] = None,
+    region: Annotated[str | None, QueryParameter(max_length=REGION_MAX_LENGTH)] = None,
     agent: Annotated[str | None, QueryParameter(max_length=64)] = None,
     tenant: Annotated[str | None, QueryParameter(max_length=64)] = None,
     status: Annotated[Literal["active", "deprecated"] | None, QueryParameter()] = None,
     versions: Annotated[Literal["latest", "all"], QueryParameter()] = "latest",
     health: Annotated[Literal["healthy"] | None, QueryParameter(description="healthy: only agents with a live instance")] = None,
-    limit: Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT, description=f"page size, at most {MAX_LIMIT}")] = 50,
+    limit: Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT, description=f"page size, at most {MAX_LIMIT}")] = DEFAULT_LIMIT,
     cursor: Annotated[str | None, QueryParameter(max_length=1024)] = None,
 ) -> Response[DiscoveryPage]:
     registry = registry_of(request)
     viewer = await _viewer(request)
-    # Routers ask the same few questions over and over: answer from the per-process cache, which
-    # is exact (registry.response_cache), and a matching If-None-Match without any query.
-    key = ("discover", viewer, q, skill, tuple(tag) if tag else None, side_effect_max, region, agent, tenant,
-           status, versions, health, limit, cursor)
-    seq = registry.watcher.cache_seq()
-    entry = registry.responses.get(key, seq, time.monotonic())
-    if entry is None:
-        entry = await _discovery_page(
-            registry, viewer=viewer, q=q, skill=skill, tags=tag, side_effect_max=side_effect_max, region=region,
-            agent=agent, tenant=tenant, status=status, versions=versions, limit=limit, cursor=cursor,
-            healthy_only=health == "healthy",
-        )
-        registry.responses.put(key, entry, registry.watcher.cache_seq())
+    # Routers ask the same few questions over and over: discovery_page answers from the per-process
+    # cache, which is exact (registry.response_cache), and a matching If-None-Match without any query.
+    entry = await discovery_page(registry, viewer, DiscoveryQuery(
+        q=q, skill=skill, tags=tuple(tag) if tag else None, side_effect_max=side_effect_max, region=region,
+        agent=agent, tenant=tenant, status=status, versions=versions, health=health, limit=limit, cursor=cursor,
+    ))
     # The same entry under the query's exact wording, for `_answer_from_cache` next time.
     registry.responses.put(("raw", viewer, request.scope["query_string"]), entry, registry.watcher.cache_seq())
     return _cached_answer(request, entry, viewer)
@@ -107,26 +93,6 @@ async def discover(
 
 _PUBLIC_HEADERS = {"Cache-Control": "no-cache", "Vary": "Authorization"}
 _PRIVATE_HEADERS = {"Cache-Control": "private, no-cache", "Vary": "Authorization"}
-
-
-async def _discovery_page(registry, *, viewer, tags, side_effect_max, versions, limit, cursor, **filters) -> CachedResponse:
-    """Query one page and encode it, labelled with the sequence number read before the query."""
-    rank = side_effect_rank(side_effect_max)
-    after = decode_cursor(cursor) if cursor else None
-    async with registry.pool.acquire() as conn:
-        seq, next_effective = await capability_queries.snapshot_bounds(conn)
-        rows = await capability_queries.discover(
-            conn, viewer_tenant=viewer, tags=tags, side_effect_max=rank, latest_only=versions == "latest",
-            after=after, limit=limit + 1, **filters,
-        )
-    page = rows[:limit]
-    next_cursor = encode_cursor(page[-1]) if len(rows) > limit else None
-    body = _encoder.encode(DiscoveryPage(items=[public_capability(r) for r in page], next_cursor=next_cursor))
-    # health flips to stale when an agent's last lease lapses: the page is good until the first such moment.
-    boundaries = [r["lease_until"] for r in page]
-    boundaries.append(next_effective)
-    expires = expiry(time.monotonic(), datetime.now(timezone.utc), boundaries)
-    return CachedResponse(body=body, etag=etag_for(body), seq=seq, expires=expires)
 
 
 @get(
@@ -141,8 +107,7 @@ async def changes(
     limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 500,
 ) -> ChangePage:
     registry = registry_of(request)
-    caller = await registry.caller(request)
-    viewer = caller.tenant if caller is not None and caller.holds("registry:read") else None
+    viewer = viewer_tenant(await registry.caller(request))
     deadline = time.monotonic() + wait
     while True:
         head = await change_queries.current_seq(registry.pool)

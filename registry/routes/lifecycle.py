@@ -7,7 +7,7 @@ from typing import Annotated
 
 import msgspec
 from litestar import Request, post
-from litestar.params import JSONBody, PathParameter
+from litestar.params import PathParameter
 
 from auth.policy import can_see
 from auth.principal import Caller
@@ -15,12 +15,15 @@ from db import agents as agent_queries
 from db import capabilities as capability_queries
 from db.group_commit import WriteScope
 from registry.audit import AuditEvent
-from registry.compatibility import check_compatibility
 from registry.discovery import capability_ref, public_capability
-from registry.problems import ErrorItem, ProblemError, invalid_request, not_found, problem_responses, tenant_mismatch
+from registry.problems import (
+    ErrorItem, ProblemError, insufficient_scope, invalid_request, not_found, problem_responses, tenant_mismatch,
+)
 from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN, PublicCapability, SkillRegistration
-from registry.registration import schema_errors, skill_content
+from registry.registration import bounded, checked_schemas, compatibility_report, skill_content
+from registry.request_guard import body_schema, read_body
 from registry.service import registry_of, trace_id_of
+from registry.tracing import current_request_id
 from registry.versions import InvalidVersion, Version
 from registry.wire import Wire
 
@@ -50,16 +53,17 @@ class CompatibilityReport(Wire):
 async def _change_lifecycle(
     request: Request, tenant: str, agent_id: str, skill_id: str, version: str, event_type: str, apply
 ) -> PublicCapability:
-    """Shared shell of deprecate and retire: checks in contract order, one transaction, audited."""
+    """Shared shell of deprecate and retire: checks in the order of docs/api.md#lifecycle, one transaction, audited."""
     registry = registry_of(request)
     caller: Caller = await registry.require_caller(request)
     trace_id = trace_id_of(request)
     ref = capability_ref(tenant, agent_id, skill_id, version)
+    request_id = current_request_id()  # the write below runs in the group-commit task
 
     async def refuse(error: ProblemError) -> ProblemError:
         await registry.writes.record([AuditEvent(
             type=event_type, outcome="denied", tenant=tenant, actor_tenant=caller.tenant, actor=caller.sub,
-            ref=ref, reason=error.code, trace_id=trace_id,
+            actor_issuer=caller.issuer, ref=ref, reason=error.code, trace_id=trace_id, request_id=request_id,
         )])
         return error
 
@@ -69,8 +73,7 @@ async def _change_lifecycle(
     if caller.tenant != tenant:
         raise await refuse(tenant_mismatch())
     if not caller.holds("registry:admin"):
-        raise await refuse(ProblemError(403, "insufficient_scope", "this operation needs the scope registry:admin",
-                                        missing_scopes=["registry:admin"]))
+        raise await refuse(insufficient_scope("registry:admin"))
     try:
         Version.parse(version)
     except InvalidVersion:
@@ -83,7 +86,7 @@ async def _change_lifecycle(
             scope.change(event_type, tenant, agent_id, ref)
             scope.audit(AuditEvent(
                 type=event_type, outcome="allowed", tenant=tenant, actor_tenant=caller.tenant,
-                actor=caller.sub, ref=ref, trace_id=trace_id,
+                actor=caller.sub, actor_issuer=caller.issuer, ref=ref, trace_id=trace_id, request_id=request_id,
             ))
 
     try:
@@ -99,11 +102,14 @@ async def _change_lifecycle(
     status_code=200,
     summary="Deprecate a version: still discoverable and delegable, shown with status deprecated",
     responses=problem_responses(401, 403, 404, 410),
+    dependencies=body_schema(Deprecation),
 )
 async def deprecate(
     request: Request, tenant: TenantPath, agent_id: AgentPath, skill_id: SkillPath, version: VersionPath,
-    data: JSONBody[Deprecation],
 ) -> PublicCapability:
+    await registry_of(request).require_caller(request)
+    data = await read_body(request, Deprecation)
+
     async def apply(conn, status: str) -> bool:
         if status == "retired":
             raise ProblemError(410, "retired", "a retired version cannot be deprecated")
@@ -141,9 +147,11 @@ async def retire(
         "accepted); `breakingChanges` lists every breaking change found, also across a major bump."
     ),
     responses=problem_responses(401),
+    dependencies=body_schema(CompatibilityRequest),
 )
-async def compatibility(request: Request, data: JSONBody[CompatibilityRequest]) -> CompatibilityReport:
+async def compatibility(request: Request) -> CompatibilityReport:
     await registry_of(request).require_caller(request)
+    data = await read_body(request, CompatibilityRequest)
     problems: list[ErrorItem] = []
     versions = {}
     for side in ("old", "new"):
@@ -152,24 +160,25 @@ async def compatibility(request: Request, data: JSONBody[CompatibilityRequest]) 
             versions[side] = Version.parse(skill.version)
         except InvalidVersion as exc:
             problems.append(ErrorItem(path=f"/{side}/version", message=f"not a semantic version (2.0): {exc}"))
-        problems += schema_errors(skill.input_schema, f"/{side}/inputSchema", must_be_object=True)
-        problems += schema_errors(skill.output_schema, f"/{side}/outputSchema", must_be_object=False)
+    # Schemas are compiled and compared off the event loop, within a deadline (registry.bounded_work).
+    problems += await bounded(checked_schemas, [
+        (schema, f"/{side}/{key}", key == "inputSchema")
+        for side in ("old", "new")
+        for key, schema in (("inputSchema", getattr(data, side).input_schema), ("outputSchema", getattr(data, side).output_schema))
+    ], what="checking the schemas")
     if problems:
         raise invalid_request("both skills must be valid registrations", problems)
 
-    def contract(skill: SkillRegistration) -> dict:
-        approval = skill.requires_approval if skill.requires_approval is not None else skill.side_effect == "destructive"
-        return skill_content(skill, approval)
-
-    found = [
-        ErrorItem(path=change.path, kind=change.kind, message=change.message)
-        for change in check_compatibility(contract(data.old), contract(data.new))
-    ]
     old, new = versions["old"], versions["new"]
     if new <= old:
         raise invalid_request("new must be a higher version than old", [ErrorItem(path="/new/version", message=f"{new} is not above {old}")])
-    exempt = new.major != old.major or new.is_prerelease
-    return CompatibilityReport(compatible=exempt or not found, errors=[] if exempt else found, breaking_changes=found)
-
+    # The verdict publishing would give (one definition: `publish_verdict`), not a second opinion;
+    # computed off the event loop, within a deadline.
+    found_changes, refusing_changes = await bounded(
+        compatibility_report, old, new, skill_content(data.old), skill_content(data.new), what="comparing the skills"
+    )
+    found = [ErrorItem(path=c.path, kind=c.kind, message=c.message) for c in found_changes]
+    refusing = [ErrorItem(path=c.path, kind=c.kind, message=c.message) for c in refusing_changes]
+    return CompatibilityReport(compatible=not refusing, errors=refusing, breaking_changes=found)
 
 ROUTES = [deprecate, retire, compatibility]

@@ -1,8 +1,9 @@
-"""HTTP: delegation tickets (mint, introspect, revoke, list) and approvals (contract sections 5 and 8).
+"""HTTP: delegation tickets (mint, introspect, revoke, list) and approvals (docs/api.md#tickets, #ticket-claims).
 
 The orchestration lives in registry.delegation, the rules in auth.policy, the JWT in auth.tickets.
-POST /v1/tickets reads its body itself (after authenticating the caller) so that every refusal, a
-malformed body or a bad caller token included, is audited as `ticket.denied`.
+Bodies are read after the caller is authenticated (registry.request_guard), so that every refusal of
+an authenticated caller, a malformed body included, is audited as `ticket.denied`; a request without
+a valid caller token is refused without an audit event (counted in /metrics).
 """
 
 from __future__ import annotations
@@ -12,12 +13,10 @@ from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, Response, get, post
-from litestar.di import Provide
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import HeaderParameter, JSONBody, PathParameter, QueryParameter
+from litestar.params import HeaderParameter, PathParameter, QueryParameter
 
 from auth.policy import REGISTRY_ADMIN_SCOPE, check_approval_decider
-from auth.principal import Caller
 from auth.tickets import InvalidTicket
 from db import approvals as approval_queries
 from db import grants as grant_queries
@@ -28,34 +27,29 @@ from registry.delegation import (
     AlreadyCollected,
     ApprovalView,
     PRINTABLE,
-    Idempotency,
-    IdempotencyKeyTaken,
     TicketRequestBody,
     TicketResponse,
     approval_request_view,
-    check_request,
-    decode_body,
     evaluate,
-    idempotency_of,
     mint,
     refuse,
     refusal_error,
-    request_approval,
+    request_ticket,
     stored_ticket_request,
     ticket_request,
     verified_ticket,
 )
 from registry.problems import (
     ProblemError,
-    decode_error_item,
     insufficient_scope,
-    invalid_request,
     not_found,
     problem_responses,
     tenant_mismatch,
 )
-from registry.grants import GrantPage, decode_cursor, grant_page
-from registry.service import Registry, registry_of, trace_id_of
+from registry.grants import GrantPage, grant_page, grant_position
+from registry.request_guard import body_schema, read_body
+from registry.service import registry_of, trace_id_of
+from registry.tracing import current_request_id
 from registry.wire import Wire
 
 _JTI = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -73,32 +67,6 @@ class RevocationResponse(Wire):
     revoked: list[str]
 
 
-async def _document_ticket_request(data: JSONBody[TicketRequestBody]) -> None:
-    """Never called: declares POST /v1/tickets' body for OpenAPI, which the handler decodes itself."""
-
-
-async def _document_introspection_request(data: JSONBody[IntrospectionRequest]) -> None:
-    """Never called: declares the introspection body for OpenAPI (decoded after authentication)."""
-
-
-def _decode(raw: bytes, type_: type) -> Any:
-    try:
-        return msgspec.json.decode(raw, type=type_)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise invalid_request("the request body is malformed", [decode_error_item(exc)]) from None
-
-
-async def _replay(registry: Registry, caller: Caller, idempotency: Idempotency, trace_id: str | None) -> Response | None:
-    """The recorded answer for an Idempotency-Key (200 for a ticket), 409 for another body, None if unseen."""
-    row = await ticket_queries.stored_response(registry.pool, idempotency.principal, idempotency.key)
-    if row is None or row["status_code"] is None:
-        return None
-    if row["body_hash"] != idempotency.body_hash:
-        raise await refuse(
-            registry, ProblemError(409, "idempotency_mismatch", "this Idempotency-Key was used with another request body"),
-            caller=caller, trace_id=trace_id,
-        )
-    return Response(row["response"], status_code=200 if row["status_code"] == 201 else row["status_code"])
 
 
 @post(
@@ -110,7 +78,7 @@ async def _replay(registry: Registry, caller: Caller, idempotency: Idempotency, 
         "(the parent's audience) re-delegates a narrower ticket. `requiresApproval` capabilities answer "
         "202 with an approval id. `Idempotency-Key` replays the first answer for the same body (200)."
     ),
-    dependencies={"ticket_request_schema": Provide(_document_ticket_request)},
+    dependencies=body_schema(TicketRequestBody),
     responses={
         200: ResponseSpec(data_container=TicketResponse, generate_examples=False,
                           description="Idempotent replay of an earlier ticket"),
@@ -127,36 +95,13 @@ async def create_ticket(
 ) -> Response[TicketResponse]:
     registry = registry_of(request)
     trace_id = trace_id_of(request)
+    caller = await registry.require_caller(request)
     try:
-        caller = await registry.require_caller(request)
-    except ProblemError as error:
-        if request.headers.get("authorization") is None:
-            raise  # nothing was claimed: nothing to record
-        # A presented token failed (forged, expired, wrong type...): who asked is unknown, so the
-        # event names no actor and no tenant, only the trace id.
-        raise await refuse(registry, error, caller=None, trace_id=trace_id) from None
-    try:
-        body = decode_body(await request.body())
-        req = ticket_request(body, max_ttl=registry.settings.ticket_max_ttl)
-        check_request(req, max_ttl=registry.settings.ticket_max_ttl)
-        idempotency = idempotency_of(caller, idempotency_key, body)
+        body = await read_body(request, TicketRequestBody)
     except ProblemError as error:
         raise await refuse(registry, error, caller=caller, trace_id=trace_id) from None
-
-    if idempotency is not None and (replayed := await _replay(registry, caller, idempotency, trace_id)) is not None:
-        return replayed
-    plan = await evaluate(registry, caller, req, body.parent_ticket, trace_id=trace_id)
-    try:
-        if plan.target.requires_approval:
-            view = await request_approval(registry, plan, body, trace_id=trace_id, idempotency=idempotency)
-            return Response(msgspec.to_builtins(view), status_code=202)
-        return Response(await mint(registry, plan, trace_id=trace_id, idempotency=idempotency), status_code=201)
-    except IdempotencyKeyTaken:
-        assert idempotency is not None
-        replayed = await _replay(registry, caller, idempotency, trace_id)
-        if replayed is None:  # the other request's answer is gone already (over 24 h): cannot happen in practice
-            raise ProblemError(409, "idempotency_mismatch", "this Idempotency-Key is in use") from None
-        return replayed
+    answer = await request_ticket(registry, caller, body, idempotency_key=idempotency_key, trace_id=trace_id)
+    return Response(answer.body, status_code=answer.status)
 
 
 @post(
@@ -167,13 +112,13 @@ async def create_ticket(
         "`{\"active\": true, ...claims}` for a valid, unexpired, unrevoked ticket whose capability version "
         "is not retired; `{\"active\": false}` otherwise, and for callers outside the audience's tenant."
     ),
-    dependencies={"introspection_request_schema": Provide(_document_introspection_request)},
+    dependencies=body_schema(IntrospectionRequest),
     responses=problem_responses(400, 401),
 )
 async def introspect(request: Request) -> dict[str, Any]:
     registry = registry_of(request)
     caller = await registry.require_caller(request)
-    body = _decode(await request.body(), IntrospectionRequest)
+    body = await read_body(request, IntrospectionRequest)
     inactive = {"active": False}
     try:
         claims = await verified_ticket(registry, body.ticket)
@@ -214,6 +159,8 @@ async def revoke_ticket(request: Request, jti: JtiPath) -> RevocationResponse:
         raise await refuse(registry, error, caller=caller, tenant=ticket["tenant"], ref=ticket["ref"],
                            scopes=ticket["scopes"], on_behalf_of=ticket["on_behalf_of"], trace_id=trace_id,
                            event_type="ticket.revoked")
+    request_id = current_request_id()  # the write runs in the group-commit task
+
     async def write(scope: WriteScope) -> list:
         await ticket_queries.lock_tree(scope.conn, ticket["root_jti"])
         revoked = await ticket_queries.revoke_tree(scope.conn, jti)
@@ -221,7 +168,8 @@ async def revoke_ticket(request: Request, jti: JtiPath) -> RevocationResponse:
         scope.audit(*(
             AuditEvent(
                 type="ticket.revoked", outcome="allowed", tenant=row["tenant"], actor_tenant=caller.tenant,
-                actor=caller.sub, on_behalf_of=row["on_behalf_of"], ref=row["ref"], scopes=list(row["scopes"]),
+                actor=caller.sub, actor_issuer=caller.issuer, request_id=request_id,
+                on_behalf_of=row["on_behalf_of"], ref=row["ref"], scopes=list(row["scopes"]),
                 # Descendants are revoked because their ancestor was.
                 reason=None if row["jti"] == jti else "ancestor_revoked", trace_id=trace_id,
             )
@@ -252,7 +200,7 @@ async def list_tickets(
     # The grant report's query and shape: one definition of "active" for both listings.
     rows = await grant_queries.tenant_grants(
         registry.pool, viewer_tenant=caller.tenant, active=active, actor=actor, skill=skill, scope=granted_scope,
-        after=decode_cursor(cursor) if cursor else None, limit=limit + 1,
+        after=grant_position(cursor) if cursor else None, limit=limit + 1,
     )
     return grant_page(rows, limit)
 
@@ -285,11 +233,14 @@ async def _decide(request: Request, approval_id: str, decision: str) -> Approval
         elif refusal.code == "tenant_mismatch":
             error = tenant_mismatch()
         raise await refuse(registry, error, **audit)
+    request_id = current_request_id()  # the write runs in the group-commit task
+
     async def write(scope: WriteScope) -> None:
         if await approval_queries.decide(scope.conn, approval_id, decision, caller.principal):
             scope.audit(AuditEvent(
                 type="approval.decided", outcome="allowed" if decision == "approved" else "denied",
                 tenant=approval["tenant"], actor_tenant=caller.tenant, actor=caller.sub,
+                actor_issuer=caller.issuer, request_id=request_id,
                 on_behalf_of=approval["on_behalf_of"], ref=approval["ref"], scopes=list(approval["scopes"]),
                 # A denial by the approver, as opposed to a refused attempt to decide.
                 reason=None if decision == "approved" else "approval_denied", trace_id=trace_id,

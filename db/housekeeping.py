@@ -1,0 +1,48 @@
+"""Queries of the server's housekeeping: pruning records past retention (never the audit log), and
+announcing versions in the change feed when their effectiveAt arrives."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from db.changes import record_change
+
+EFFECTIVE = "version.effective"
+# A version published by a transaction that began before the last announcement ran is still found.
+_LOOKBACK = "10 minutes"
+
+
+async def prune(conn: asyncpg.Connection | asyncpg.Pool, retention_days: int) -> tuple[int, int]:
+    """Delete Idempotency-Key records past their 24 h replay window and approvals decided or expired
+    more than `retention_days` ago. Returns (keys, approvals) deleted."""
+    keys = await conn.execute("DELETE FROM ticket_idempotency WHERE created_at <= now() - interval '24 hours'")
+    approvals = await conn.execute(
+        """DELETE FROM approvals
+            WHERE (decided_at IS NOT NULL AND decided_at <= now() - make_interval(days => $1))
+               OR expires_at <= now() - make_interval(days => $1)""",
+        retention_days,
+    )
+    return int(keys.split()[-1]), int(approvals.split()[-1])
+
+
+async def announce_effective(conn: asyncpg.Connection) -> int:
+    """Record a `version.effective` change for each version whose future effectiveAt has arrived
+    (one replica at a time; the others skip). Returns how many were announced."""
+    async with conn.transaction():
+        mark = await conn.fetchval("SELECT at FROM effective_watermark WHERE id = 1 FOR UPDATE SKIP LOCKED")
+        if mark is None:
+            return 0
+        due = await conn.fetch(
+            f"""SELECT v.tenant, v.agent_id, v.tenant || '/' || v.agent_id || '/' || v.skill_id || '@' || v.version AS ref
+                  FROM capability_versions v
+                 WHERE v.effective_at > $1::timestamptz - interval '{_LOOKBACK}' AND v.effective_at <= now()
+                   AND v.published_at < v.effective_at AND v.status <> 'retired'
+                   AND NOT EXISTS (SELECT 1 FROM changes ch WHERE ch.kind = '{EFFECTIVE}'
+                                    AND ch.ref = v.tenant || '/' || v.agent_id || '/' || v.skill_id || '@' || v.version)
+                 ORDER BY v.effective_at""",
+            mark,
+        )
+        for row in due:
+            await record_change(conn, EFFECTIVE, row["tenant"], row["agent_id"], row["ref"])
+        await conn.execute("UPDATE effective_watermark SET at = now() WHERE id = 1")
+        return len(due)

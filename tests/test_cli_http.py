@@ -1,0 +1,95 @@
+"""The `capreg` commands for people that go through the HTTP API, run as processes against a real
+`capreg serve`: tables by default, --json/--ndjson for machines, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+
+from tests.conftest import EXAMPLES, ROOT, capreg, free_port
+
+
+def _env(live_server, mint, tenant, sub, scopes, regions=None) -> dict:
+    base, env, _ = live_server
+    token = mint(tenant, sub, scopes, regions=regions)["Authorization"].removeprefix("Bearer ")
+    return {**env, "CAPREG_URL": base, "CAPREG_TOKEN": token, "COLUMNS": "200"}
+
+
+def test_register_discover_detail_and_tickets(live_server, mint, tenant):
+    publisher = _env(live_server, mint, tenant, "publisher", "registry:publish")
+    registered = capreg(publisher, "register", str(EXAMPLES / "billing-agent.json"), "--tenant", tenant,
+                        "--agent-id", "billing-agent")
+    assert json.loads(registered.stdout)["published"]
+
+    router = _env(live_server, mint, tenant, "router", "registry:read invoice:read", regions=["eu"])
+    table = capreg(router, "discover", "--tenant", tenant, "--tag", "finance")
+    assert f"{tenant}/billing-agent/invoice.lookup@2.0.0" in table.stdout and "capabilities" in table.stdout
+    lines = capreg(router, "discover", "--tenant", tenant, "--side-effect-max", "none", "--ndjson").stdout.splitlines()
+    assert [json.loads(line)["id"] for line in lines] == ["invoice.lookup"]
+
+    ref = f"{tenant}/billing-agent/invoice.lookup@^2"
+    shown = capreg(router, "detail", ref)
+    assert "input schema" in shown.stdout and "invoiceId" in shown.stdout and "billing.acme.internal" in shown.stdout
+    assert json.loads(capreg(router, "detail", ref, "--json").stdout)["inputSchema"]["required"] == ["invoiceId"]
+
+    minted = json.loads(capreg(router, "ticket", "mint", ref, "--scope", "invoice:read", "--on-behalf-of", "user-19",
+                               "--resource", "invoice:inv-2026-091", "--json").stdout)
+    assert minted["ref"].endswith("@2.0.0") and minted["resources"] == ["invoice:inv-2026-091"]
+    introspect = subprocess.run([sys.executable, "-m", "registry.cli", "ticket", "introspect", "-"], input=minted["ticket"],
+                                env=router, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert introspect.returncode == 0 and "user-19" in introspect.stdout
+    revoked = capreg(router, "ticket", "revoke", minted["jti"])
+    assert minted["jti"] in revoked.stdout
+    inactive = subprocess.run([sys.executable, "-m", "registry.cli", "ticket", "introspect", "-", "--json"],
+                              input=minted["ticket"], env=router, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert inactive.returncode == 1 and json.loads(inactive.stdout)["active"] is False
+
+    auditor = _env(live_server, mint, tenant, "auditor", "audit:read")
+    grants = capreg(auditor, "audit", "grants", "--inactive")
+    assert minted["jti"] in grants.stdout and "inactive grants" in grants.stdout
+    events = [json.loads(line) for line in capreg(auditor, "audit", "events", "--ndjson").stdout.splitlines()]
+    assert {"agent.registered", "ticket.granted", "ticket.revoked"} <= {e["type"] for e in events}
+    shown = capreg(auditor, "audit", "events", "--type", "ticket.revoked")
+    assert "ticket.revoked" in shown.stdout and f"{tenant}/router" in shown.stdout
+
+
+def test_errors_are_one_line_and_a_non_zero_exit(live_server, mint, tenant):
+    router = _env(live_server, mint, tenant, "router", "registry:read")
+    missing = capreg(router, "detail", f"{tenant}/nobody/no.skill@1.0.0", check=False)
+    assert missing.returncode == 1 and missing.stderr.count("\n") == 1
+    assert "404 not_found" in missing.stderr and "Traceback" not in missing.stderr
+    denied = capreg(router, "ticket", "mint", f"{tenant}/nobody/no.skill", "--scope", "x:y", check=False)
+    assert denied.returncode == 1 and "not_found" in denied.stderr
+    bad_ref = capreg(router, "detail", "nonsense", check=False)
+    assert bad_ref.returncode == 2 and "is not a capability ref" in bad_ref.stderr
+    no_token = capreg({**router, "CAPREG_TOKEN": ""}, "audit", "events", check=False)
+    assert no_token.returncode == 1 and "CAPREG_TOKEN is not set" in no_token.stderr
+    down = capreg({**router, "CAPREG_URL": f"http://127.0.0.1:{free_port()}"}, "discover", check=False)
+    assert down.returncode == 2 and "cannot reach capreg at" in down.stderr and "Traceback" not in down.stderr
+
+
+def test_audit_verify_on_a_terminal_ends_with_one_summary_line(live_server):
+    _, env, _ = live_server
+    primary, secondary = pty.openpty()
+    try:
+        result = subprocess.run([sys.executable, "-m", "registry.cli", "audit", "verify"], env=env, cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=secondary, text=True, timeout=120)
+    finally:
+        os.close(secondary)
+        os.close(primary)
+    assert result.returncode == 0
+    assert result.stdout.count("\n") == 1 and result.stdout.startswith("audit chain intact")
+
+
+def test_a_malformed_card_file_shows_the_registrys_errors_with_their_paths(live_server, mint, tenant, tmp_path):
+    publisher = _env(live_server, mint, tenant, "publisher", "registry:publish")
+    card = json.loads((EXAMPLES / "billing-agent.json").read_text())
+    card["skills"][0]["sideEffect"] = "sometimes"
+    path = tmp_path / "card.json"
+    path.write_text(json.dumps(card))
+    result = capreg(publisher, "register", str(path), "--tenant", tenant, "--agent-id", "billing-agent", check=False)
+    assert result.returncode == 1 and "400 invalid_request" in result.stderr and "sideEffect" in result.stderr
+    assert result.stderr.count("\n") == 1
