@@ -88,8 +88,9 @@ def create_app(settings: Settings | None = None) -> Litestar:
         ],
         lifespan=[lifespan],
         middleware=[
-            console.security_headers,  # CSP, nosniff, no referrer, no framing (registry/routes/console.py)
-            observability_middleware(metrics),
+            # trace and request ids, metrics, and the browser security headers (CSP, nosniff,
+            # no referrer, no framing: registry/routes/console.py) in one layer
+            observability_middleware(metrics, extra_headers=console.browser_headers),
             *([rate_limit_middleware(
                 TokenBuckets(settings.rate_limit, settings.rate_burst or max(1, math.ceil(2 * settings.rate_limit))),
                 settings.trusted_proxies,

@@ -15,7 +15,6 @@ from typing import Any
 from litestar import Request, Response, get
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.static_files import create_static_files_router
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from openapi_ui_bundles.swagger_ui import static_path as swagger_ui_path
 
 CONSOLE_DIR = Path(__file__).resolve().parent.parent / "console"
@@ -36,34 +35,14 @@ _COMMON_HEADERS = [
 ]
 
 
-def _csp_for(path: str) -> bytes:
-    if path.startswith(("/console", "/schema")):
-        return PAGE_CSP.encode()
-    return API_CSP.encode()
+_PAGE_HEADERS = [*_COMMON_HEADERS, (b"content-security-policy", PAGE_CSP.encode())]
+_API_HEADERS = [*_COMMON_HEADERS, (b"content-security-policy", API_CSP.encode())]
 
 
-def security_headers(app: ASGIApp) -> ASGIApp:
-    """Add the browser security headers to every HTTP response that does not set them itself."""
-
-    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await app(scope, receive, send)
-            return
-        csp = _csp_for(scope["path"])
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers") or [])
-                present = {name.lower() for name, _ in headers}
-                for name, value in [*_COMMON_HEADERS, (b"content-security-policy", csp)]:
-                    if name not in present:
-                        headers.append((name, value))
-                message["headers"] = headers
-            await send(message)
-
-        await app(scope, receive, send_with_headers)
-
-    return middleware
+def browser_headers(path: str) -> list[tuple[bytes, bytes]]:
+    """The security headers every response to `path` carries (added by the one request middleware,
+    registry.observability, unless the response sets them itself)."""
+    return _PAGE_HEADERS if path.startswith(("/console", "/schema")) else _API_HEADERS
 
 
 @get(["/console", "/console/"], include_in_schema=False)
