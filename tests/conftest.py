@@ -242,10 +242,11 @@ def server_home() -> Path:
 
 @pytest.fixture(scope="session")
 def live_server(database_url):
-    """One real `capreg serve` for the session: embedded PostgreSQL under its own CAPREG_HOME when the
-    suite runs without DATABASE_URL (the default a newcomer gets), else this run's fresh database."""
+    """One real `capreg serve` for the session, on this run's fresh database (on the embedded server
+    or DATABASE_URL's), so tokens minted by the in-process app's keys verify on it too. `capreg serve`
+    starting its own embedded PostgreSQL is tested by tests/test_cli.py and CI's wheel install."""
     home = server_home()
-    process, base, env = start_server(home, database_url if os.environ.get("DATABASE_URL") else None)
+    process, base, env = start_server(home, database_url)
     yield base, env, home
     stop_server(process)
     shutil.rmtree(home, ignore_errors=True)
