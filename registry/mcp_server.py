@@ -6,7 +6,7 @@ Stateless: no `Mcp-Session-Id` is issued and nothing is kept between requests, s
 answers any request. Every request is answered with one JSON body (no SSE streams; GET is 405).
 
 The tools call the services the HTTP API calls (registry.discovery.discovery_page,
-registry.release_service.release, registry.delegation.request_ticket), for the caller the HTTP
+registry.release.release, registry.tickets.request_ticket), for the caller the HTTP
 request authenticated; a refusal is a tool result with `isError: true` whose structured content is
 the problem body the HTTP API would have answered. Malformed JSON-RPC is a JSON-RPC error; a call
 of an unknown tool is an `invalid params` error; arguments that do not fit a tool's input schema are
@@ -22,8 +22,8 @@ import asyncpg
 import msgspec
 
 from auth.principal import Caller
-from registry import release_service
-from registry.delegation import (
+from registry import release
+from registry.tickets import (
     IDEMPOTENCY_KEY_MAX_LENGTH,
     OnBehalfOf,
     RequestedResources,
@@ -171,10 +171,10 @@ async def search_capabilities(call: Call, args: SearchArguments) -> ToolResult:
     return ToolResult(msgspec.json.decode(entry.body))
 
 
-async def _release(call: Call, ref: str) -> release_service.Released:
+async def _release(call: Call, ref: str) -> release.Released:
     caller = _authenticated(call)
     parts = parse_capability_ref(ref)
-    return await release_service.release(
+    return await release.release(
         call.registry, caller, tenant=parts.tenant, agent_id=parts.agent_id, skill_id=parts.skill_id,
         version=parts.version, trace_id=call.trace_id,
     )
@@ -182,12 +182,12 @@ async def _release(call: Call, ref: str) -> release_service.Released:
 
 async def get_capability(call: Call, args: CapabilityArguments) -> ToolResult:
     released = await _release(call, args.ref)
-    return ToolResult(msgspec.to_builtins(release_service.detail_of(released)))
+    return ToolResult(msgspec.to_builtins(release.detail_of(released)))
 
 
 async def get_tool_definition(call: Call, args: ToolDefinitionArguments) -> ToolResult:
     released = await _release(call, args.ref)
-    return ToolResult(release_service.tool_definition(released, args.format))
+    return ToolResult(release.tool_definition(released, args.format))
 
 
 async def request_ticket_tool(call: Call, args: TicketArguments) -> ToolResult:

@@ -1,8 +1,11 @@
-"""Detail release (docs/api.md#detail-release): which version a request names, what a caller who passed the
-checks receives, and the audit events that record every release and refusal.
+"""Detail release (docs/api.md#detail-release), the service: resolve the version a caller asks for,
+run the checks in order (auth.policy.decide_release), audit the outcome, then hand back what was
+released. The HTTP routes (registry.routes.release) and the MCP tools (registry.mcp_server) both call
+`release`, so a capability is released, refused and audited the same way whichever door the caller
+came through.
 
-Pure functions over stored rows and `CapabilityVersion`s: no I/O and no clock (callers pass `now`).
-The checks themselves are `auth.policy.decide_release`; this module only resolves and shapes.
+The version choice, shapes and events below are pure functions over stored rows and
+`CapabilityVersion`s: no I/O and no clock (callers pass `now`); only `release` reads and writes.
 
 Decisions docs/api.md#version-selection and #release-audit record:
 - `latest` is the version discovery shows as latest: the newest in-force release, or the newest
@@ -18,19 +21,24 @@ Decisions docs/api.md#version-selection and #release-audit record:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timezone
+from typing import Any, Literal
 
 import msgspec
 
-from auth.policy import Decision
+from auth.policy import NOT_FOUND, CapabilityGate, Decision, can_see, decide_release
 from auth.principal import Caller
+from db import agents as agent_queries
+from db import capabilities as capability_queries
 from registry.tracing import current_request_id
 from registry.audit import AuditEvent
-from registry.cards import CAPREG_EXTENSION_URI, public_agent_card
-from registry.problems import ProblemError
+from registry.cards import CAPREG_EXTENSION_URI, extended_agent_card, mcp_tool, openai_tool, public_agent_card
+from registry.discovery import capability_version, public_capability
+from registry.problems import ErrorItem, ProblemError, invalid_request, not_found
 from registry.records import CapabilityVersion, JsonSchema, PublicCapability
-from registry.versions import InvalidVersion, Version, parse_range, resolve
+from registry.service import Registry
+from registry.skill_records import skill_record
+from registry.versions import InvalidRange, InvalidVersion, Version, parse_range, resolve
 from registry.wire import Wire
 
 RELEASED = "detail.released"
@@ -228,3 +236,95 @@ def release_event(
         trace_id=trace_id,
         request_id=current_request_id(),
     )
+
+
+
+# --- The service ---------------------------------------------------------------------------------
+
+ToolFormat = Literal["openai", "mcp"]
+
+
+class Released(msgspec.Struct, frozen=True):
+    """A capability version the caller passed the checks for, with the rows it came from."""
+
+    cap: CapabilityVersion
+    row: Any
+    agent: Any
+    instances: Any
+
+
+async def release(
+    registry: Registry, caller: Caller, *, tenant: str, agent_id: str, skill_id: str, version: str,
+    trace_id: str | None,
+) -> Released:
+    """Resolve `version` and run the checks in the documented order (README, "Detail release");
+    audit the outcome, then answer or raise the refusal.
+
+    A malformed range is 400 before anything is looked up (it says nothing about any record).
+    """
+    try:
+        wanted = parse_version_request(version)
+    except InvalidRange as exc:
+        raise invalid_request("not a version, `latest` or a version range", [ErrorItem(path="version", message=str(exc))]) from None
+    ref = requested_ref(tenant, agent_id, skill_id, version)
+
+    async def denied(decision: Decision, *, ref: str, scopes: Sequence[str] = ()) -> ProblemError:
+        event = release_event(caller, tenant=tenant, ref=ref, decision=decision, scopes=scopes, trace_id=trace_id)
+        await registry.writes.record([event])
+        return refusal(decision, ref=ref)
+
+    skill = await skill_record(registry, tenant, agent_id, skill_id)
+    agent = skill.agent
+    if agent is None or not can_see(
+        caller, tenant=agent["tenant"], visibility=agent["visibility"], shared_with=agent["shared_with"]
+    ):
+        raise await denied(NOT_FOUND, ref=ref)
+    chosen = choose_version([cap for cap, _ in skill.versions], wanted, now=datetime.now(timezone.utc))
+    if chosen is None:
+        raise await denied(NOT_FOUND, ref=ref)
+    row = next(row for cap, row in skill.versions if cap is chosen)
+    gate = CapabilityGate.of(chosen, visibility=agent["visibility"], shared_with=agent["shared_with"])
+    decision = decide_release(caller, gate, exact_version=wanted.exact)
+    if not decision.allowed:
+        raise await denied(decision, ref=chosen.ref, scopes=chosen.scopes)
+    event = release_event(caller, tenant=tenant, ref=chosen.ref, decision=decision, scopes=chosen.scopes, trace_id=trace_id)
+    await registry.writes.record([event])
+    return Released(cap=chosen, row=row, agent=agent, instances=skill.instances)
+
+
+def detail_of(released: Released) -> CapabilityDetail:
+    """The capability detail: public fields, schemas, examples and endpoints."""
+    return capability_detail(
+        public_capability(released.row), released.cap, endpoints(released.agent["card"], released.instances)
+    )
+
+
+def tool_definition(released: Released, format: ToolFormat) -> dict[str, Any]:  # noqa: A002
+    """The released capability as an OpenAI function-calling tool or an MCP tool definition."""
+    return openai_tool(released.cap) if format == "openai" else mcp_tool(released.cap)
+
+
+async def extended_card(
+    registry: Registry, caller: Caller, *, tenant: str, agent_id: str, base_url: str, trace_id: str | None
+) -> dict[str, Any]:
+    """The A2A extended agent card: the latest in-force version of each skill whose checks the caller
+    passes (each check audited), or the withheld card when none passes; 404 for an invisible agent."""
+    agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
+    if agent is None or not can_see(
+        caller, tenant=agent["tenant"], visibility=agent["visibility"], shared_with=agent["shared_with"]
+    ):
+        event = release_event(caller, tenant=tenant, ref=f"{tenant}/{agent_id}", decision=NOT_FOUND, trace_id=trace_id)
+        await registry.writes.record([event])
+        raise not_found("no such agent")
+    rows = await capability_queries.latest_per_skill(registry.pool, tenant, agent_id, detail=True)
+    passed, events = [], []
+    for cap in (capability_version(row) for row in rows):
+        gate = CapabilityGate.of(cap, visibility=agent["visibility"], shared_with=agent["shared_with"])
+        decision = decide_release(caller, gate, exact_version=False)
+        events.append(release_event(caller, tenant=tenant, ref=cap.ref, decision=decision, scopes=cap.scopes, trace_id=trace_id))
+        if decision.allowed:
+            passed.append(cap)
+    await registry.writes.record(events)
+    if not passed:
+        return withheld_extended_card(agent["card"], base_url=base_url)
+    return extended_agent_card(agent["card"], passed, base_url=base_url)

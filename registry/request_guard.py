@@ -66,7 +66,7 @@ async def refuse_unstorable(request: Request, item: ErrorItem) -> ProblemError:
             reason=f"invalid_request: {escaped(item.path)}"[:512], trace_id=state.get("trace_id"),
             request_id=current_request_id(),
         )])
-    error.audited = True  # type: ignore[attr-defined]  # registry.delegation.refuse must not record it again
+    error.audited = True  # type: ignore[attr-defined]  # registry.tickets.refuse must not record it again
     return error
 
 

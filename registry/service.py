@@ -144,7 +144,7 @@ class Registry:
         self.leases = LeaseRenewals(pool)
         # Discovery pages and public cards, valid for one change sequence number (registry.response_cache).
         self.responses = ResponseCache()
-        # Rows behind detail releases, on the same terms (registry.routes.details.skill_record).
+        # Rows behind detail releases, on the same terms (registry.skill_records.skill_record).
         self.release_cache = ResponseCache()
     @property
     def verified(self):

@@ -1,6 +1,8 @@
-"""Delegation tickets end to end (docs/api.md#tickets): resolving the capability a ticket is asked for,
+"""Delegation tickets, the service (docs/api.md#tickets): resolving the capability a ticket is asked for,
 verifying a parent ticket, applying the narrowing rules of auth.policy, then signing (auth.tickets),
-storing and auditing in one transaction. Approvals and Idempotency-Key replays reuse the same steps.
+storing and auditing in one transaction; a `requiresApproval` capability records a pending approval
+instead (deciding and collecting it is registry.approvals). Also introspection and revocation.
+Idempotency-Key replays reuse the same steps. The SQL is db/tickets.py.
 
 Every refusal is written to the audit log as `ticket.denied` (in a transaction of its own, nothing
 else is written) before its error is raised; a grant's `ticket.granted` commits with the ticket row.
@@ -19,6 +21,7 @@ import msgspec
 
 from auth.policy import (
     PARENT_INVALID,
+    REGISTRY_ADMIN_SCOPE,
     CapabilityGate,
     can_see,
     ParentTicket,
@@ -39,7 +42,7 @@ from db import tickets as ticket_queries
 from db.group_commit import WriteScope
 from registry.audit import AuditEvent
 from registry.discovery import capability_ref
-from registry.problems import ErrorItem, ProblemError, invalid_request, json_pointer, not_found
+from registry.problems import ErrorItem, ProblemError, insufficient_scope, invalid_request, json_pointer, not_found
 from registry.service import Registry
 from registry.skill_records import skill_record
 from registry.release import NOT_FOUND_DETAIL, choose_version, parse_version_request
@@ -445,13 +448,7 @@ async def request_ticket(
 
 
 # ---------------------------------------------------------------------------
-# Approvals
-
-
-def approval_request_view(stored: dict[str, Any]) -> dict[str, Any]:
-    """The stored request as GET /v1/approvals shows it: the parent ticket (a bearer credential) is
-    replaced by its jti."""
-    return {k: v for k, v in stored.items() if k != "parentTicket"}
+# A pending approval instead of a ticket
 
 
 async def request_approval(
@@ -494,8 +491,63 @@ async def request_approval(
     return view
 
 
-def stored_ticket_request(approval) -> tuple[TicketRequestBody, str | None]:
-    """The body of an approved request, pinned to the version that was approved, and its parent ticket."""
-    stored = {k: v for k, v in approval["request"].items() if k != "parent"}
-    body = msgspec.convert(stored, TicketRequestBody)
-    return msgspec.structs.replace(body, version=approval["version"]), body.parent_ticket
+# ---------------------------------------------------------------------------
+# Introspection and revocation
+
+
+async def introspect(registry: Registry, caller: Caller, token: str) -> dict[str, Any]:
+    """RFC 7662 style: the claims of a valid, unexpired, unrevoked ticket whose capability version is
+    not retired, for a caller of the audience's tenant (or an auditor of the capability's); else inactive."""
+    inactive = {"active": False}
+    try:
+        claims = await verified_ticket(registry, token)
+    except InvalidTicket:
+        return inactive
+    audience_tenant = claims.aud.partition("/")[0]
+    if caller.tenant != audience_tenant and not (caller.holds("audit:read") and caller.tenant == claims.tenant):
+        return inactive
+    state = await ticket_queries.ticket_state(registry.pool, claims.jti)
+    if state is None or state["chain_revoked"] or state["capability_status"] == "retired":
+        return inactive
+    return {"active": True, **claims.as_dict()}
+
+
+async def revoke(registry: Registry, caller: Caller, jti: str, *, trace_id: str | None) -> list[str]:
+    """Revoke a ticket and every ticket re-delegated from it, one `ticket.revoked` event each;
+    the jtis revoked now, parents first."""
+    ticket = await ticket_queries.get_ticket(registry.pool, jti)
+    if ticket is None:
+        raise not_found("no such ticket")
+    is_minter = caller.principal == ticket["actor"]
+    is_admin = caller.tenant == ticket["tenant"] and caller.holds(REGISTRY_ADMIN_SCOPE)
+    if not (is_minter or is_admin):
+        # Tickets are seen by their capability's tenant and by the minter's tenant; others learn nothing.
+        if caller.tenant not in (ticket["tenant"], ticket["actor_tenant"]):
+            raise not_found("no such ticket")
+        if caller.tenant == ticket["tenant"]:
+            error = insufficient_scope(REGISTRY_ADMIN_SCOPE)
+        else:
+            error = ProblemError(403, "tenant_mismatch", "only the minter or an admin of the capability's tenant may revoke it")
+        raise await refuse(registry, error, caller=caller, tenant=ticket["tenant"], ref=ticket["ref"],
+                           scopes=ticket["scopes"], on_behalf_of=ticket["on_behalf_of"], trace_id=trace_id,
+                           event_type="ticket.revoked")
+    request_id = current_request_id()  # the write runs in the group-commit task
+
+    async def write(scope: WriteScope) -> list:
+        await ticket_queries.lock_tree(scope.conn, ticket["root_jti"])
+        revoked = await ticket_queries.revoke_tree(scope.conn, jti)
+        revoked.sort(key=lambda row: (row["depth"], row["jti"]))
+        scope.audit(*(
+            AuditEvent(
+                type="ticket.revoked", outcome="allowed", tenant=row["tenant"], actor_tenant=caller.tenant,
+                actor=caller.sub, actor_issuer=caller.issuer, request_id=request_id,
+                on_behalf_of=row["on_behalf_of"], ref=row["ref"], scopes=list(row["scopes"]),
+                # Descendants are revoked because their ancestor was.
+                reason=None if row["jti"] == jti else "ancestor_revoked", trace_id=trace_id,
+            )
+            for row in revoked
+        ))
+        return revoked
+
+    revoked = await registry.writes.run(write)
+    return [row["jti"] for row in revoked]

@@ -1,0 +1,111 @@
+"""Approvals, the service (docs/api.md#approvals): deciding a pending ticket request (approve, deny),
+reading one, and collecting the approved ticket, which re-runs every ticket check and mints through
+registry.tickets. A pending approval is recorded by registry.tickets.request_approval; the SQL is
+db/approvals.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from auth.policy import REGISTRY_ADMIN_SCOPE, check_approval_decider
+from auth.principal import Caller
+from db import approvals as approval_queries
+from db.group_commit import WriteScope
+from registry.audit import AuditEvent
+from registry.problems import insufficient_scope, not_found, tenant_mismatch
+from registry.service import Registry
+from registry.tickets import (
+    AlreadyCollected,
+    ApprovalView,
+    TicketRequestBody,
+    TicketResponse,
+    evaluate,
+    mint,
+    refuse,
+    refusal_error,
+    ticket_request,
+)
+from registry.tracing import current_request_id
+
+Verdict = Literal["approved", "denied"]
+
+
+def approval_request_view(stored: dict[str, Any]) -> dict[str, Any]:
+    """The stored request as GET /v1/approvals shows it: the parent ticket (a bearer credential) is
+    replaced by its jti."""
+    return {k: v for k, v in stored.items() if k != "parentTicket"}
+
+
+def approval_view(approval, ticket: TicketResponse | None = None) -> ApprovalView:
+    return ApprovalView(
+        approval_id=approval["approval_id"], status=approval["status"],
+        request=approval_request_view(approval["request"]), ticket=ticket,
+    )
+
+
+def stored_ticket_request(approval) -> tuple[TicketRequestBody, str | None]:
+    """The body of an approved request, pinned to the version that was approved, and its parent ticket."""
+    stored = {k: v for k, v in approval["request"].items() if k != "parent"}
+    body = msgspec.convert(stored, TicketRequestBody)
+    return msgspec.structs.replace(body, version=approval["version"]), body.parent_ticket
+
+
+async def decide(
+    registry: Registry, caller: Caller, approval_id: str, verdict: Verdict, *, trace_id: str | None
+) -> ApprovalView:
+    """Approve or deny a pending request (an admin of the capability's tenant, not the requester);
+    deciding again, or too late, changes nothing: the answer shows the approval as it stands."""
+    approval = await approval_queries.get_approval(registry.pool, approval_id)
+    if approval is None or (caller.principal != approval["requester"] and caller.tenant != approval["tenant"]):
+        raise not_found("no such approval")
+    audit = dict(caller=caller, tenant=approval["tenant"], ref=approval["ref"], scopes=approval["scopes"],
+                 on_behalf_of=approval["on_behalf_of"], trace_id=trace_id, event_type="approval.decided")
+    refusal = check_approval_decider(caller, approval["requester"], approval["tenant"])
+    if refusal is not None:
+        error = refusal_error(refusal)
+        if refusal.code == "insufficient_scope":
+            error = insufficient_scope(REGISTRY_ADMIN_SCOPE)
+        elif refusal.code == "tenant_mismatch":
+            error = tenant_mismatch()
+        raise await refuse(registry, error, **audit)
+    request_id = current_request_id()  # the write runs in the group-commit task
+
+    async def write(scope: WriteScope) -> None:
+        if await approval_queries.decide(scope.conn, approval_id, verdict, caller.principal):
+            scope.audit(AuditEvent(
+                type="approval.decided", outcome="allowed" if verdict == "approved" else "denied",
+                tenant=approval["tenant"], actor_tenant=caller.tenant, actor=caller.sub,
+                actor_issuer=caller.issuer, request_id=request_id,
+                on_behalf_of=approval["on_behalf_of"], ref=approval["ref"], scopes=list(approval["scopes"]),
+                # A denial by the approver, as opposed to a refused attempt to decide.
+                reason=None if verdict == "approved" else "approval_denied", trace_id=trace_id,
+            ))
+
+    await registry.writes.run(write)
+    return approval_view(await approval_queries.get_approval(registry.pool, approval_id))
+
+
+async def read(registry: Registry, caller: Caller, approval_id: str, *, trace_id: str | None) -> ApprovalView:
+    """An approval as its requester or an admin of the capability's tenant sees it; the requester's
+    first read after approval collects the ticket."""
+    approval = await approval_queries.get_approval(registry.pool, approval_id)
+    is_requester = approval is not None and caller.principal == approval["requester"]
+    if approval is None or not (
+        is_requester or (caller.tenant == approval["tenant"] and caller.holds(REGISTRY_ADMIN_SCOPE))
+    ):
+        raise not_found("no such approval")
+    if not is_requester or approval["status"] != "approved":
+        return approval_view(approval)
+    # Collect: the ticket is minted now, for the version that was approved, with every check re-run
+    # (the parent may have been revoked, the version retired, the requester's scopes changed).
+    body, parent_token = stored_ticket_request(approval)
+    req = ticket_request(body, max_ttl=registry.settings.ticket_max_ttl)
+    plan = await evaluate(registry, caller, req, parent_token, trace_id=trace_id)
+    try:
+        ticket = await mint(registry, plan, trace_id=trace_id, approval_id=approval_id)
+    except AlreadyCollected:
+        return approval_view(await approval_queries.get_approval(registry.pool, approval_id))
+    return approval_view(await approval_queries.get_approval(registry.pool, approval_id), ticket)
