@@ -10,12 +10,12 @@ from typing import Any, Literal
 
 import msgspec
 
-from auth.policy import REGISTRY_ADMIN_SCOPE, check_approval_decider
+from auth.policy import NOT_FOUND_CODE, ApprovalParties, check_approval_decider, check_approval_reader
 from auth.principal import Caller
 from db import approvals as approval_queries
 from db.group_commit import WriteScope
 from registry.audit import AuditEvent
-from registry.problems import insufficient_scope, not_found, tenant_mismatch
+from registry.problems import refused
 from registry.service import Registry
 from registry.tickets import (
     AlreadyCollected,
@@ -25,7 +25,6 @@ from registry.tickets import (
     evaluate,
     mint,
     refuse,
-    refusal_error,
     ticket_request,
 )
 from registry.tracing import current_request_id
@@ -53,24 +52,23 @@ def stored_ticket_request(approval) -> tuple[TicketRequestBody, str | None]:
     return msgspec.structs.replace(body, version=approval["version"]), body.parent_ticket
 
 
+def parties_of(approval) -> ApprovalParties | None:
+    return None if approval is None else ApprovalParties(requester=approval["requester"], tenant=approval["tenant"])
+
+
 async def decide(
     registry: Registry, caller: Caller, approval_id: str, verdict: Verdict, *, trace_id: str | None
 ) -> ApprovalView:
     """Approve or deny a pending request (an admin of the capability's tenant, not the requester);
     deciding again, or too late, changes nothing: the answer shows the approval as it stands."""
     approval = await approval_queries.get_approval(registry.pool, approval_id)
-    if approval is None or (caller.principal != approval["requester"] and caller.tenant != approval["tenant"]):
-        raise not_found("no such approval")
-    audit = dict(caller=caller, tenant=approval["tenant"], ref=approval["ref"], scopes=approval["scopes"],
-                 on_behalf_of=approval["on_behalf_of"], trace_id=trace_id, event_type="approval.decided")
-    refusal = check_approval_decider(caller, approval["requester"], approval["tenant"])
+    refusal = check_approval_decider(caller, parties_of(approval))
+    if refusal is not None and refusal.code == NOT_FOUND_CODE:
+        raise refused(refusal)  # nothing to attribute it to: the caller may not know the approval exists
     if refusal is not None:
-        error = refusal_error(refusal)
-        if refusal.code == "insufficient_scope":
-            error = insufficient_scope(REGISTRY_ADMIN_SCOPE)
-        elif refusal.code == "tenant_mismatch":
-            error = tenant_mismatch()
-        raise await refuse(registry, error, **audit)
+        raise await refuse(registry, refused(refusal), caller=caller, tenant=approval["tenant"], ref=approval["ref"],
+                           scopes=approval["scopes"], on_behalf_of=approval["on_behalf_of"], trace_id=trace_id,
+                           event_type="approval.decided")
     request_id = current_request_id()  # the write runs in the group-commit task
 
     async def write(scope: WriteScope) -> None:
@@ -92,12 +90,10 @@ async def read(registry: Registry, caller: Caller, approval_id: str, *, trace_id
     """An approval as its requester or an admin of the capability's tenant sees it; the requester's
     first read after approval collects the ticket."""
     approval = await approval_queries.get_approval(registry.pool, approval_id)
-    is_requester = approval is not None and caller.principal == approval["requester"]
-    if approval is None or not (
-        is_requester or (caller.tenant == approval["tenant"] and caller.holds(REGISTRY_ADMIN_SCOPE))
-    ):
-        raise not_found("no such approval")
-    if not is_requester or approval["status"] != "approved":
+    refusal = check_approval_reader(caller, parties_of(approval))
+    if refusal is not None:
+        raise refused(refusal)
+    if caller.principal != approval["requester"] or approval["status"] != "approved":
         return approval_view(approval)
     # Collect: the ticket is minted now, for the version that was approved, with every check re-run
     # (the parent may have been revoked, the version retired, the requester's scopes changed).

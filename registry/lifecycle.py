@@ -9,14 +9,14 @@ from datetime import datetime
 
 import msgspec
 
-from auth.policy import can_see
+from auth.policy import NOT_FOUND, can_see, check_lifecycle
 from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
 from db.group_commit import WriteScope
 from registry.audit import AuditEvent
 from registry.discovery import capability_ref, public_capability
-from registry.problems import ErrorItem, ProblemError, insufficient_scope, invalid_request, not_found, tenant_mismatch
+from registry.problems import ErrorItem, ProblemError, invalid_request, refused
 from registry.records import PublicCapability
 from registry.service import Registry
 from registry.tracing import current_request_id
@@ -79,12 +79,12 @@ async def _change(
         return error
 
     agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
-    if agent is None or not can_see(caller, tenant=tenant, visibility=agent["visibility"], shared_with=agent["shared_with"]):
-        raise await refuse(not_found("no such capability version"))
-    if caller.tenant != tenant:
-        raise await refuse(tenant_mismatch())
-    if not caller.holds("registry:admin"):
-        raise await refuse(insufficient_scope("registry:admin"))
+    visible = agent is not None and can_see(
+        caller, tenant=tenant, visibility=agent["visibility"], shared_with=agent["shared_with"]
+    )
+    refusal = check_lifecycle(caller, tenant, agent_visible=visible)
+    if refusal is not None:
+        raise await refuse(refused(refusal))
     try:
         Version.parse(version)
     except InvalidVersion:
@@ -93,7 +93,7 @@ async def _change(
     async def write(scope: WriteScope) -> None:
         status = await capability_queries.lock_version_status(scope.conn, tenant, agent_id, skill_id, version)
         if status is None:
-            raise not_found("no such capability version")
+            raise refused(NOT_FOUND)
         if await apply(scope.conn, status):
             scope.change(event_type, tenant, agent_id, ref)
             scope.audit(AuditEvent(

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from auth.policy import NOT_FOUND, CapabilityGate, Decision, can_see, decide_release
+from auth.policy import NOT_FOUND, CapabilityGate, Refusal, can_see, decide_release, not_found
 from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
@@ -34,7 +34,7 @@ from registry.tracing import current_request_id
 from registry.audit import AuditEvent
 from registry.cards import CAPREG_EXTENSION_URI, extended_agent_card, mcp_tool, openai_tool, public_agent_card
 from registry.discovery import capability_version, public_capability
-from registry.problems import ErrorItem, ProblemError, invalid_request, not_found
+from registry.problems import ErrorItem, ProblemError, invalid_request, refused
 from registry.records import CapabilityVersion, JsonSchema, PublicCapability
 from registry.service import Registry
 from registry.skill_records import skill_record
@@ -44,8 +44,6 @@ from registry.wire import Wire
 RELEASED = "detail.released"
 DENIED = "detail.denied"
 LATEST = "latest"
-# One answer for every "no such capability version", whichever part is missing or invisible.
-NOT_FOUND_DETAIL = "no such capability version"
 
 
 class VersionRequest(msgspec.Struct, frozen=True):
@@ -191,48 +189,29 @@ def withheld_extended_card(card: dict[str, Any], *, base_url: str) -> dict[str, 
 # --- Refusals and audit --------------------------------------------------------------------------
 
 
-def refusal(decision: Decision, *, ref: str | None = None) -> ProblemError:
-    """The problem response for a refused release (`decision.allowed` is False)."""
-    if decision.code == "not_found":
-        return ProblemError(404, "not_found", NOT_FOUND_DETAIL)
-    if decision.code == "retired":
-        return ProblemError(410, "retired", f"{ref} is retired")
-    if decision.code == "insufficient_scope":
-        missing = list(decision.missing_scopes)
-        return ProblemError(
-            403, "insufficient_scope", f"releasing this capability needs the scopes: {' '.join(missing)}",
-            missing_scopes=missing,
-            headers={"WWW-Authenticate": f'Bearer error="insufficient_scope", scope="{" ".join(missing)}"'},
-        )
-    return ProblemError(
-        403, "data_location_denied",
-        "this capability's data stays in regions your token's `regions` claim does not include",
-    )
-
-
 def release_event(
     caller: Caller,
     *,
     tenant: str,
     ref: str,
-    decision: Decision,
+    refusal: Refusal | None,
     scopes: Sequence[str] = (),
     trace_id: str | None = None,
 ) -> AuditEvent:
-    """`detail.released` (allowed) or `detail.denied` with the error code as `reason`.
+    """`detail.released` (no refusal) or `detail.denied` with the refusal's code as `reason`.
 
     `scopes` are the capability's required scopes (what was checked), when it was resolved.
     """
     return AuditEvent(
-        type=RELEASED if decision.allowed else DENIED,
-        outcome="allowed" if decision.allowed else "denied",
+        type=DENIED if refusal else RELEASED,
+        outcome="denied" if refusal else "allowed",
         tenant=tenant,
         actor_tenant=caller.tenant,
         actor=caller.sub,
         actor_issuer=caller.issuer,
         ref=ref,
         scopes=list(scopes),
-        reason=decision.code,
+        reason=refusal.code if refusal else None,
         trace_id=trace_id,
         request_id=current_request_id(),
     )
@@ -268,10 +247,10 @@ async def release(
         raise invalid_request("not a version, `latest` or a version range", [ErrorItem(path="version", message=str(exc))]) from None
     ref = requested_ref(tenant, agent_id, skill_id, version)
 
-    async def denied(decision: Decision, *, ref: str, scopes: Sequence[str] = ()) -> ProblemError:
-        event = release_event(caller, tenant=tenant, ref=ref, decision=decision, scopes=scopes, trace_id=trace_id)
+    async def denied(refusal: Refusal, *, ref: str, scopes: Sequence[str] = ()) -> ProblemError:
+        event = release_event(caller, tenant=tenant, ref=ref, refusal=refusal, scopes=scopes, trace_id=trace_id)
         await registry.writes.record([event])
-        return refusal(decision, ref=ref)
+        return refused(refusal)
 
     skill = await skill_record(registry, tenant, agent_id, skill_id)
     agent = skill.agent
@@ -284,10 +263,10 @@ async def release(
         raise await denied(NOT_FOUND, ref=ref)
     row = next(row for cap, row in skill.versions if cap is chosen)
     gate = CapabilityGate.of(chosen, visibility=agent["visibility"], shared_with=agent["shared_with"])
-    decision = decide_release(caller, gate, exact_version=wanted.exact)
-    if not decision.allowed:
-        raise await denied(decision, ref=chosen.ref, scopes=chosen.scopes)
-    event = release_event(caller, tenant=tenant, ref=chosen.ref, decision=decision, scopes=chosen.scopes, trace_id=trace_id)
+    refusal = decide_release(caller, gate, exact_version=wanted.exact)
+    if refusal is not None:
+        raise await denied(refusal, ref=chosen.ref, scopes=chosen.scopes)
+    event = release_event(caller, tenant=tenant, ref=chosen.ref, refusal=None, scopes=chosen.scopes, trace_id=trace_id)
     await registry.writes.record([event])
     return Released(cap=chosen, row=row, agent=agent, instances=skill.instances)
 
@@ -313,16 +292,17 @@ async def extended_card(
     if agent is None or not can_see(
         caller, tenant=agent["tenant"], visibility=agent["visibility"], shared_with=agent["shared_with"]
     ):
-        event = release_event(caller, tenant=tenant, ref=f"{tenant}/{agent_id}", decision=NOT_FOUND, trace_id=trace_id)
+        refusal = not_found("agent")
+        event = release_event(caller, tenant=tenant, ref=f"{tenant}/{agent_id}", refusal=refusal, trace_id=trace_id)
         await registry.writes.record([event])
-        raise not_found("no such agent")
+        raise refused(refusal)
     rows = await capability_queries.latest_per_skill(registry.pool, tenant, agent_id, detail=True)
     passed, events = [], []
     for cap in (capability_version(row) for row in rows):
         gate = CapabilityGate.of(cap, visibility=agent["visibility"], shared_with=agent["shared_with"])
-        decision = decide_release(caller, gate, exact_version=False)
-        events.append(release_event(caller, tenant=tenant, ref=cap.ref, decision=decision, scopes=cap.scopes, trace_id=trace_id))
-        if decision.allowed:
+        refusal = decide_release(caller, gate, exact_version=False)
+        events.append(release_event(caller, tenant=tenant, ref=cap.ref, refusal=refusal, scopes=cap.scopes, trace_id=trace_id))
+        if refusal is None:
             passed.append(cap)
     await registry.writes.record(events)
     if not passed:

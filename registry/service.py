@@ -16,6 +16,7 @@ from litestar import Request
 
 from auth.issuers import IssuerKeyRefresher, load_external_issuers
 from auth.keys import Keyring, load_keyring
+from auth.policy import check_scope
 from auth.principal import Caller
 from auth.tokens import InvalidToken, TokenVerifier
 from db.changes import CHANGE_CHANNEL, LOCAL_CHANGE_LISTENERS, current_seq
@@ -24,7 +25,7 @@ from db.keys import KEYS_CHANNEL
 from db.leases import LeaseRenewals
 from db.pool import connect
 from registry.config import Settings
-from registry.problems import ProblemError, insufficient_scope, invalid_token
+from registry.problems import ProblemError, invalid_token, refused
 from registry.response_cache import ResponseCache
 
 log = logging.getLogger("capreg")
@@ -234,8 +235,9 @@ class Registry:
         if caller is None:
             self.auth_failures["missing"] += 1
             raise invalid_token("this endpoint needs a bearer token")
-        if scope is not None and not caller.holds(scope):
-            raise insufficient_scope(scope)
+        refusal = check_scope(caller, scope)
+        if refusal is not None:
+            raise refused(refusal)
         return caller
 
     def public_url(self, request: Request) -> str:

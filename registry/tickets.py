@@ -20,19 +20,24 @@ import jwt
 import msgspec
 
 from auth.policy import (
-    PARENT_INVALID,
-    REGISTRY_ADMIN_SCOPE,
+    NOT_FOUND,
+    NOT_FOUND_CODE,
+    PARENT_UNKNOWN,
     CapabilityGate,
     can_see,
     ParentTicket,
-    Refusal,
     TicketGrant,
+    TicketParties,
     TicketRequest,
     check_first_ticket,
+    check_introspect,
+    check_parent_standing,
     check_redelegation,
+    check_revoke,
     child_ticket_grant,
     decide_release,
     first_ticket_grant,
+    parent_invalid,
     validate_ticket_request,
 )
 from auth.principal import Caller
@@ -42,11 +47,10 @@ from db import tickets as ticket_queries
 from db.group_commit import WriteScope
 from registry.audit import AuditEvent
 from registry.discovery import capability_ref
-from registry.problems import ErrorItem, ProblemError, insufficient_scope, invalid_request, json_pointer, not_found
+from registry.problems import ErrorItem, ProblemError, invalid_request, json_pointer, refused
 from registry.service import Registry
 from registry.skill_records import skill_record
-from registry.release import NOT_FOUND_DETAIL, choose_version, parse_version_request
-from registry.release import refusal as release_refusal
+from registry.release import choose_version, parse_version_request
 from registry.versions import InvalidRange
 from registry.tracing import current_request_id
 from registry.wire import Wire
@@ -177,10 +181,6 @@ def idempotency_of(caller: Caller, key: str | None, body: TicketRequestBody) -> 
 # Audit
 
 
-def refusal_error(refusal: Refusal) -> ProblemError:
-    return ProblemError(403, refusal.code, refusal.message, reason=refusal.reason)
-
-
 async def refuse(
     registry: Registry,
     error: ProblemError,
@@ -253,14 +253,14 @@ async def resolve_target(registry: Registry, caller: Caller, req: TicketRequest)
     skill = await skill_record(registry, tenant, agent_id, req.skill)
     agent = skill.agent
     if agent is None or not can_see(caller, tenant=tenant, visibility=agent["visibility"], shared_with=agent["shared_with"]):
-        raise not_found(NOT_FOUND_DETAIL)
+        raise refused(NOT_FOUND)
     chosen = choose_version([cap for cap, _ in skill.versions], wanted, now=datetime.now(timezone.utc))
     if chosen is None:
-        raise not_found(NOT_FOUND_DETAIL)
+        raise refused(NOT_FOUND)
     gate = CapabilityGate.of(chosen, visibility=agent["visibility"], shared_with=agent["shared_with"])
-    decision = decide_release(caller, msgspec.structs.replace(gate, scopes=(), data_regions=()), exact_version=wanted.exact)
-    if not decision.allowed:
-        raise release_refusal(decision, ref=chosen.ref)
+    refusal = decide_release(caller, msgspec.structs.replace(gate, scopes=(), data_regions=()), exact_version=wanted.exact)
+    if refusal is not None:
+        raise refused(refusal)
     return Target(
         tenant=chosen.tenant, agent_id=chosen.agent_id, skill_id=chosen.id, version=chosen.version,
         scopes=tuple(chosen.scopes), requires_approval=chosen.requires_approval,
@@ -284,29 +284,24 @@ async def evaluate(
     if parent_token is None:
         refusal = check_first_ticket(caller, req, target.scopes)
         if refusal is not None:
-            raise await refuse(registry, refusal_error(refusal), **context)
+            raise await refuse(registry, refused(refusal), **context)
         return Plan(caller=caller, request=req, target=target, grant=first_ticket_grant(caller, req, now=now),
                     root_jti=None, now=now)
-
-    def parent_invalid(message: str) -> ProblemError:
-        return ProblemError(403, "delegation_denied", message, reason=PARENT_INVALID)
 
     try:
         claims = await verified_ticket(registry, parent_token)
     except InvalidTicket as exc:
-        raise await refuse(registry, parent_invalid(f"the parent ticket is not valid: {exc}"), **context) from None
+        raise await refuse(registry, refused(parent_invalid(f"the parent ticket is not valid: {exc}")), **context) from None
     state = await ticket_queries.ticket_state(registry.pool, claims.jti)
     if state is None:
-        raise await refuse(registry, parent_invalid("the parent ticket is unknown to this registry"), **context)
+        raise await refuse(registry, refused(PARENT_UNKNOWN), **context)
     # onBehalfOf is taken from the stored parent, not inferred from `sub` (see auth.tickets).
     parent = msgspec.structs.replace(ParentTicket.from_claims(claims.as_dict()), on_behalf_of=state["on_behalf_of"])
-    refusal = check_redelegation(caller, req, parent, target.scopes, now=now)
+    refusal = check_redelegation(caller, req, parent, target.scopes, now=now) or check_parent_standing(
+        chain_revoked=state["chain_revoked"], capability_status=state["capability_status"]
+    )
     if refusal is not None:
-        raise await refuse(registry, refusal_error(refusal), **context)
-    if state["chain_revoked"]:
-        raise await refuse(registry, parent_invalid("the parent ticket or one of its ancestors was revoked"), **context)
-    if state["capability_status"] == "retired":
-        raise await refuse(registry, parent_invalid("the parent ticket's capability version is retired"), **context)
+        raise await refuse(registry, refused(refusal), **context)
     return Plan(caller=caller, request=req, target=target, grant=child_ticket_grant(caller, req, parent, now=now),
                 root_jti=state["root_jti"], now=now)
 
@@ -373,8 +368,11 @@ async def mint(
             assert plan.root_jti is not None
             await ticket_queries.lock_tree(conn, plan.root_jti)
             state = await ticket_queries.ticket_state(conn, grant.parent)
-            if state is None or state["chain_revoked"] or state["capability_status"] == "retired":
-                raise ProblemError(403, "delegation_denied", "the parent ticket was revoked", reason=PARENT_INVALID)
+            refusal = PARENT_UNKNOWN if state is None else check_parent_standing(
+                chain_revoked=state["chain_revoked"], capability_status=state["capability_status"]
+            )
+            if refusal is not None:
+                raise refused(refusal)
         await ticket_queries.insert_ticket(conn, row)
         if approval_id is not None and not await approval_queries.collect(conn, approval_id, jti):
             raise AlreadyCollected
@@ -503,8 +501,7 @@ async def introspect(registry: Registry, caller: Caller, token: str) -> dict[str
         claims = await verified_ticket(registry, token)
     except InvalidTicket:
         return inactive
-    audience_tenant = claims.aud.partition("/")[0]
-    if caller.tenant != audience_tenant and not (caller.holds("audit:read") and caller.tenant == claims.tenant):
+    if check_introspect(caller, audience=claims.aud, capability_tenant=claims.tenant) is not None:
         return inactive
     state = await ticket_queries.ticket_state(registry.pool, claims.jti)
     if state is None or state["chain_revoked"] or state["capability_status"] == "retired":
@@ -516,19 +513,14 @@ async def revoke(registry: Registry, caller: Caller, jti: str, *, trace_id: str 
     """Revoke a ticket and every ticket re-delegated from it, one `ticket.revoked` event each;
     the jtis revoked now, parents first."""
     ticket = await ticket_queries.get_ticket(registry.pool, jti)
-    if ticket is None:
-        raise not_found("no such ticket")
-    is_minter = caller.principal == ticket["actor"]
-    is_admin = caller.tenant == ticket["tenant"] and caller.holds(REGISTRY_ADMIN_SCOPE)
-    if not (is_minter or is_admin):
-        # Tickets are seen by their capability's tenant and by the minter's tenant; others learn nothing.
-        if caller.tenant not in (ticket["tenant"], ticket["actor_tenant"]):
-            raise not_found("no such ticket")
-        if caller.tenant == ticket["tenant"]:
-            error = insufficient_scope(REGISTRY_ADMIN_SCOPE)
-        else:
-            error = ProblemError(403, "tenant_mismatch", "only the minter or an admin of the capability's tenant may revoke it")
-        raise await refuse(registry, error, caller=caller, tenant=ticket["tenant"], ref=ticket["ref"],
+    parties = None if ticket is None else TicketParties(
+        tenant=ticket["tenant"], actor=ticket["actor"], actor_tenant=ticket["actor_tenant"]
+    )
+    refusal = check_revoke(caller, parties)
+    if refusal is not None and refusal.code == NOT_FOUND_CODE:
+        raise refused(refusal)  # nothing to attribute it to: the caller may not know the ticket exists
+    if refusal is not None:
+        raise await refuse(registry, refused(refusal), caller=caller, tenant=ticket["tenant"], ref=ticket["ref"],
                            scopes=ticket["scopes"], on_behalf_of=ticket["on_behalf_of"], trace_id=trace_id,
                            event_type="ticket.revoked")
     request_id = current_request_id()  # the write runs in the group-commit task

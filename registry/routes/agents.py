@@ -11,14 +11,15 @@ import msgspec
 from litestar import Request, Response, get, post, put
 from litestar.params import PathParameter
 
-from auth.policy import can_see
+from auth.policy import PUBLISH_SCOPE, can_see, check_heartbeat, check_publish
 from db import agents as agent_queries
 from db import capabilities as capability_queries
 from db.agents import LeaseRenewal
 from registry.audit import AuditEvent
 from registry.cards import public_agent_card
 from registry.discovery import AgentView, agent_view, capability_version, public_capability
-from registry.problems import ProblemError, insufficient_scope, not_found, problem_responses, tenant_mismatch
+from registry.problems import ProblemError, not_found, problem_responses
+from registry.problems import refused as problem_of_refusal
 from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN, AgentRegistration, PublicCapability
 from registry.registration import (
     VersionRef,
@@ -101,7 +102,7 @@ async def _unchanged_registration(request: Request) -> Response | None:
         caller = await registry.caller(request)
     except ProblemError:
         return None
-    if caller is None or not caller.holds("registry:publish") or caller.tenant != tenant:
+    if caller is None or check_publish(caller, tenant) is not None:
         return None
     body = await request.body()
     if await agent_queries.registration_hash(registry.pool, tenant, agent_id) != registration_digest(body):
@@ -144,10 +145,9 @@ async def register_agent(
         )])
         return error
 
-    if not caller.holds("registry:publish"):
-        raise await refused(insufficient_scope("registry:publish"), "agent.registered")
-    if caller.tenant != tenant:
-        raise await refused(tenant_mismatch(), "agent.registered")
+    refusal = check_publish(caller, tenant)
+    if refusal is not None:
+        raise await refused(problem_of_refusal(refusal), "agent.registered")
     prepared = await prepare_registration(data)
     await check_compatibility_ahead(registry.pool, tenant, agent_id, prepared)
     # Stored with the agent: these exact bytes, sent again, take the fast path (_unchanged_registration).
@@ -269,13 +269,17 @@ async def list_skill_versions(
 )
 async def heartbeat(request: Request, tenant: TenantPath, agent_id: AgentPath) -> HeartbeatResponse:
     registry = registry_of(request)
-    caller = await registry.require_caller(request, "registry:publish")
+    caller = await registry.require_caller(request, PUBLISH_SCOPE)
     data = await read_body(request, Heartbeat)
-    if caller.tenant != tenant:
+    visible = caller.tenant == tenant
+    if not visible:  # another tenant's agent: whether it may know the agent exists decides 404 or 403
         agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
-        if agent is None or not can_see(caller, tenant=tenant, visibility=agent["visibility"], shared_with=agent["shared_with"]):
-            raise not_found("no such agent")
-        raise tenant_mismatch()
+        visible = agent is not None and can_see(
+            caller, tenant=tenant, visibility=agent["visibility"], shared_with=agent["shared_with"]
+        )
+    refusal = check_heartbeat(caller, tenant, agent_visible=visible)
+    if refusal is not None:
+        raise problem_of_refusal(refusal)
     expires_at = await registry.leases.renew(
         LeaseRenewal(tenant, agent_id, data.instance_id, data.url, data.ttl_seconds, data.load)
     )
