@@ -16,6 +16,7 @@ from db import approvals as approval_queries
 from db.group_commit import WriteScope
 from registry.audit import AuditEvent
 from registry.problems import refused
+from registry.refusals import refuse
 from registry.service import Registry
 from registry.tickets import (
     AlreadyCollected,
@@ -24,12 +25,12 @@ from registry.tickets import (
     TicketResponse,
     evaluate,
     mint,
-    refuse,
     ticket_request,
 )
 from registry.tracing import current_request_id
 
 Verdict = Literal["approved", "denied"]
+DECIDED = "approval.decided"
 
 
 def approval_request_view(stored: dict[str, Any]) -> dict[str, Any]:
@@ -66,15 +67,15 @@ async def decide(
     if refusal is not None and refusal.code == NOT_FOUND_CODE:
         raise refused(refusal)  # nothing to attribute it to: the caller may not know the approval exists
     if refusal is not None:
-        raise await refuse(registry, refused(refusal), caller=caller, tenant=approval["tenant"], ref=approval["ref"],
-                           scopes=approval["scopes"], on_behalf_of=approval["on_behalf_of"], trace_id=trace_id,
-                           event_type="approval.decided")
+        raise await refuse(registry, caller, refused(refusal), event_type=DECIDED, tenant=approval["tenant"],
+                           ref=approval["ref"], scopes=sorted(set(approval["scopes"])),
+                           on_behalf_of=approval["on_behalf_of"], trace_id=trace_id)
     request_id = current_request_id()  # the write runs in the group-commit task
 
     async def write(scope: WriteScope) -> None:
         if await approval_queries.decide(scope.conn, approval_id, verdict, caller.principal):
             scope.audit(AuditEvent(
-                type="approval.decided", outcome="allowed" if verdict == "approved" else "denied",
+                type=DECIDED, outcome="allowed" if verdict == "approved" else "denied",
                 tenant=approval["tenant"], actor_tenant=caller.tenant, actor=caller.sub,
                 actor_issuer=caller.issuer, request_id=request_id,
                 on_behalf_of=approval["on_behalf_of"], ref=approval["ref"], scopes=list(approval["scopes"]),

@@ -18,6 +18,7 @@ from registry.audit import AuditEvent
 from registry.discovery import capability_ref, public_capability
 from registry.problems import ErrorItem, ProblemError, invalid_request, refused
 from registry.records import PublicCapability
+from registry.refusals import refuse
 from registry.service import Registry
 from registry.tracing import current_request_id
 from registry.versions import InvalidVersion, Version
@@ -71,12 +72,8 @@ async def _change(
     ref = capability_ref(tenant, agent_id, skill_id, version)
     request_id = current_request_id()  # the write below runs in the group-commit task
 
-    async def refuse(error: ProblemError) -> ProblemError:
-        await registry.writes.record([AuditEvent(
-            type=event_type, outcome="denied", tenant=tenant, actor_tenant=caller.tenant, actor=caller.sub,
-            actor_issuer=caller.issuer, ref=ref, reason=error.code, trace_id=trace_id, request_id=request_id,
-        )])
-        return error
+    def refusing(error: ProblemError):
+        return refuse(registry, caller, error, event_type=event_type, tenant=tenant, ref=ref, trace_id=trace_id)
 
     agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
     visible = agent is not None and can_see(
@@ -84,11 +81,11 @@ async def _change(
     )
     refusal = check_lifecycle(caller, tenant, agent_visible=visible)
     if refusal is not None:
-        raise await refuse(refused(refusal))
+        raise await refusing(refused(refusal))
     try:
         Version.parse(version)
     except InvalidVersion:
-        raise await refuse(invalid_request("lifecycle changes name an exact version", [ErrorItem(path="version", message="not a semantic version")])) from None
+        raise await refusing(invalid_request("lifecycle changes name an exact version", [ErrorItem(path="version", message="not a semantic version")])) from None
 
     async def write(scope: WriteScope) -> None:
         status = await capability_queries.lock_version_status(scope.conn, tenant, agent_id, skill_id, version)
@@ -104,6 +101,6 @@ async def _change(
     try:
         await registry.writes.run(write)
     except ProblemError as error:
-        raise await refuse(error) from None
+        raise await refusing(error) from None
     rows = await capability_queries.skill_versions(registry.pool, tenant, agent_id, skill_id)
     return public_capability(next(r for r in rows if r["version"] == version))

@@ -23,13 +23,14 @@ import msgspec
 
 from auth.principal import Caller
 from registry import release
+from registry.refusals import refuse
+from registry.tickets import DENIED as TICKET_DENIED
 from registry.tickets import (
     IDEMPOTENCY_KEY_MAX_LENGTH,
     OnBehalfOf,
     RequestedResources,
     RequestedScopes,
     TicketRequestBody,
-    refuse,
     request_ticket,
 )
 from registry.discovery import (
@@ -201,9 +202,9 @@ async def request_ticket_tool(call: Call, args: TicketArguments) -> ToolResult:
         }, TicketRequestBody)
     except msgspec.ValidationError as exc:
         error = invalid_request("the ticket request is malformed", [decode_error_item(exc)])
-        raise await refuse(call.registry, error, caller=caller, trace_id=call.trace_id) from None
+        raise await refuse(call.registry, caller, error, event_type=TICKET_DENIED, tenant=None, trace_id=call.trace_id) from None
     except ProblemError as error:
-        raise await refuse(call.registry, error, caller=caller, trace_id=call.trace_id) from None
+        raise await refuse(call.registry, caller, error, event_type=TICKET_DENIED, tenant=None, trace_id=call.trace_id) from None
     answer = await request_ticket(call.registry, caller, body, idempotency_key=args.idempotency_key,
                                   trace_id=call.trace_id)
     if answer.body.get("status") == "pending":
@@ -360,8 +361,8 @@ async def call_tool(call: Call, tool: Tool, arguments: dict[str, Any]) -> dict[s
                 raise invalid_request(f"the arguments do not fit {tool.name}'s input schema", [decode_error_item(exc)]) from None
         except ProblemError as error:
             if tool.malformed_event is not None and call.caller is not None:
-                raise await refuse(call.registry, error, caller=call.caller, trace_id=call.trace_id,
-                                   event_type=tool.malformed_event) from None
+                raise await refuse(call.registry, call.caller, error, event_type=tool.malformed_event, tenant=None,
+                                   trace_id=call.trace_id) from None
             raise
         result = await tool.run(call, args)
     except ProblemError as error:

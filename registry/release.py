@@ -34,8 +34,9 @@ from registry.tracing import current_request_id
 from registry.audit import AuditEvent
 from registry.cards import CAPREG_EXTENSION_URI, extended_agent_card, mcp_tool, openai_tool, public_agent_card
 from registry.discovery import capability_version, public_capability
-from registry.problems import ErrorItem, ProblemError, invalid_request, refused
+from registry.problems import ErrorItem, invalid_request, refused
 from registry.records import CapabilityVersion, JsonSchema, PublicCapability
+from registry.refusals import refuse
 from registry.service import Registry
 from registry.skill_records import skill_record
 from registry.versions import InvalidRange, InvalidVersion, Version, parse_range, resolve
@@ -247,10 +248,9 @@ async def release(
         raise invalid_request("not a version, `latest` or a version range", [ErrorItem(path="version", message=str(exc))]) from None
     ref = requested_ref(tenant, agent_id, skill_id, version)
 
-    async def denied(refusal: Refusal, *, ref: str, scopes: Sequence[str] = ()) -> ProblemError:
-        event = release_event(caller, tenant=tenant, ref=ref, refusal=refusal, scopes=scopes, trace_id=trace_id)
-        await registry.writes.record([event])
-        return refused(refusal)
+    def denied(refusal: Refusal, *, ref: str, scopes: Sequence[str] = ()):
+        return refuse(registry, caller, refused(refusal), event_type=DENIED, tenant=tenant, ref=ref, scopes=list(scopes),
+                      trace_id=trace_id)
 
     skill = await skill_record(registry, tenant, agent_id, skill_id)
     agent = skill.agent
@@ -292,10 +292,8 @@ async def extended_card(
     if agent is None or not can_see(
         caller, tenant=agent["tenant"], visibility=agent["visibility"], shared_with=agent["shared_with"]
     ):
-        refusal = not_found("agent")
-        event = release_event(caller, tenant=tenant, ref=f"{tenant}/{agent_id}", refusal=refusal, trace_id=trace_id)
-        await registry.writes.record([event])
-        raise refused(refusal)
+        raise await refuse(registry, caller, refused(not_found("agent")), event_type=DENIED, tenant=tenant,
+                           ref=f"{tenant}/{agent_id}", trace_id=trace_id)
     rows = await capability_queries.latest_per_skill(registry.pool, tenant, agent_id, detail=True)
     passed, events = [], []
     for cap in (capability_version(row) for row in rows):

@@ -48,12 +48,17 @@ from db.group_commit import WriteScope
 from registry.audit import AuditEvent
 from registry.discovery import capability_ref
 from registry.problems import ErrorItem, ProblemError, invalid_request, json_pointer, refused
+from registry.refusals import refuse
 from registry.service import Registry
 from registry.skill_records import skill_record
 from registry.release import choose_version, parse_version_request
 from registry.versions import InvalidRange
 from registry.tracing import current_request_id
 from registry.wire import Wire
+
+GRANTED = "ticket.granted"
+DENIED = "ticket.denied"
+REVOKED = "ticket.revoked"
 
 # Used when a request names no ttlSeconds (capped by CAPREG_TICKET_MAX_TTL).
 DEFAULT_TTL_SECONDS = 300
@@ -178,37 +183,6 @@ def idempotency_of(caller: Caller, key: str | None, body: TicketRequestBody) -> 
 
 
 # ---------------------------------------------------------------------------
-# Audit
-
-
-async def refuse(
-    registry: Registry,
-    error: ProblemError,
-    *,
-    caller: Caller | None,
-    tenant: str | None = None,
-    ref: str | None = None,
-    scopes: tuple[str, ...] | list[str] = (),
-    on_behalf_of: str | None = None,
-    trace_id: str | None,
-    event_type: str = "ticket.denied",
-) -> ProblemError:
-    """Audit a refusal of an authenticated caller in its own transaction and return the error to raise.
-
-    Without a caller nothing is written: who asked is unknown, and anyone could grow the chain.
-    An error already audited where it was raised (registry.request_guard) is not audited twice.
-    """
-    if caller is None or getattr(error, "audited", False):
-        return error
-    await registry.writes.record([AuditEvent(
-        type=event_type, outcome="denied", tenant=tenant, actor_tenant=caller.tenant, actor=caller.sub,
-        actor_issuer=caller.issuer, on_behalf_of=on_behalf_of, ref=ref, scopes=sorted(set(scopes)),
-        reason=error.reason or error.code, trace_id=trace_id, request_id=current_request_id(),
-    )])
-    return error
-
-
-# ---------------------------------------------------------------------------
 # Evaluation
 
 
@@ -273,35 +247,35 @@ async def evaluate(
     """Every check of a ticket request, in the order of docs/api.md#request-a-ticket; a refusal is audited, then raised."""
     now = int(time.time())
     requested_ref = f"{req.audience}/{req.skill}@{req.version}"
-    context = dict(caller=caller, tenant=req.audience.partition("/")[0], ref=requested_ref, scopes=req.scopes,
-                   on_behalf_of=req.on_behalf_of, trace_id=trace_id)
+    context = dict(event_type=DENIED, tenant=req.audience.partition("/")[0], ref=requested_ref,
+                   scopes=sorted(set(req.scopes)), on_behalf_of=req.on_behalf_of, trace_id=trace_id)
     try:
         target = await resolve_target(registry, caller, req)
     except ProblemError as error:
-        raise await refuse(registry, error, **context) from None
+        raise await refuse(registry, caller, error, **context) from None
     context.update(tenant=target.tenant, ref=target.ref)
 
     if parent_token is None:
         refusal = check_first_ticket(caller, req, target.scopes)
         if refusal is not None:
-            raise await refuse(registry, refused(refusal), **context)
+            raise await refuse(registry, caller, refused(refusal), **context)
         return Plan(caller=caller, request=req, target=target, grant=first_ticket_grant(caller, req, now=now),
                     root_jti=None, now=now)
 
     try:
         claims = await verified_ticket(registry, parent_token)
     except InvalidTicket as exc:
-        raise await refuse(registry, refused(parent_invalid(f"the parent ticket is not valid: {exc}")), **context) from None
+        raise await refuse(registry, caller, refused(parent_invalid(f"the parent ticket is not valid: {exc}")), **context) from None
     state = await ticket_queries.ticket_state(registry.pool, claims.jti)
     if state is None:
-        raise await refuse(registry, refused(PARENT_UNKNOWN), **context)
+        raise await refuse(registry, caller, refused(PARENT_UNKNOWN), **context)
     # onBehalfOf is taken from the stored parent, not inferred from `sub` (see auth.tickets).
     parent = msgspec.structs.replace(ParentTicket.from_claims(claims.as_dict()), on_behalf_of=state["on_behalf_of"])
     refusal = check_redelegation(caller, req, parent, target.scopes, now=now) or check_parent_standing(
         chain_revoked=state["chain_revoked"], capability_status=state["capability_status"]
     )
     if refusal is not None:
-        raise await refuse(registry, refused(refusal), **context)
+        raise await refuse(registry, caller, refused(refusal), **context)
     return Plan(caller=caller, request=req, target=target, grant=child_ticket_grant(caller, req, parent, now=now),
                 root_jti=state["root_jti"], now=now)
 
@@ -339,7 +313,7 @@ async def mint(
         ref=target.ref, depth=grant.depth, max_depth=grant.max_depth,
     )
     event = AuditEvent(
-        type="ticket.granted", outcome="allowed", tenant=target.tenant, actor_tenant=caller.tenant, actor=caller.sub,
+        type=GRANTED, outcome="allowed", tenant=target.tenant, actor_tenant=caller.tenant, actor=caller.sub,
         actor_issuer=caller.issuer, on_behalf_of=grant.on_behalf_of, ref=target.ref, scopes=list(grant.scopes),
         trace_id=trace_id, request_id=current_request_id(),
     )
@@ -385,8 +359,8 @@ async def mint(
     try:
         await registry.writes.run(write)
     except ProblemError as error:
-        raise await refuse(registry, error, caller=caller, tenant=target.tenant, ref=target.ref, scopes=grant.scopes,
-                           on_behalf_of=grant.on_behalf_of, trace_id=trace_id) from None
+        raise await refuse(registry, caller, error, event_type=DENIED, tenant=target.tenant, ref=target.ref,
+                           scopes=sorted(set(grant.scopes)), on_behalf_of=grant.on_behalf_of, trace_id=trace_id) from None
     return response
 
 
@@ -408,10 +382,8 @@ async def _replay(registry: Registry, caller: Caller, idempotency: Idempotency, 
     if row is None or row["status_code"] is None:
         return None
     if row["body_hash"] != idempotency.body_hash:
-        raise await refuse(
-            registry, ProblemError(409, "idempotency_mismatch", "this Idempotency-Key was used with another request body"),
-            caller=caller, trace_id=trace_id,
-        )
+        error = ProblemError(409, "idempotency_mismatch", "this Idempotency-Key was used with another request body")
+        raise await refuse(registry, caller, error, event_type=DENIED, tenant=None, trace_id=trace_id)
     return TicketAnswer(status=200 if row["status_code"] == 201 else row["status_code"], body=row["response"])
 
 
@@ -426,7 +398,7 @@ async def request_ticket(
         check_request(req, max_ttl=max_ttl)
         idempotency = idempotency_of(caller, idempotency_key, body)
     except ProblemError as error:
-        raise await refuse(registry, error, caller=caller, trace_id=trace_id) from None
+        raise await refuse(registry, caller, error, event_type=DENIED, tenant=None, trace_id=trace_id) from None
 
     if idempotency is not None and (replayed := await _replay(registry, caller, idempotency, trace_id)) is not None:
         return replayed
@@ -520,9 +492,9 @@ async def revoke(registry: Registry, caller: Caller, jti: str, *, trace_id: str 
     if refusal is not None and refusal.code == NOT_FOUND_CODE:
         raise refused(refusal)  # nothing to attribute it to: the caller may not know the ticket exists
     if refusal is not None:
-        raise await refuse(registry, refused(refusal), caller=caller, tenant=ticket["tenant"], ref=ticket["ref"],
-                           scopes=ticket["scopes"], on_behalf_of=ticket["on_behalf_of"], trace_id=trace_id,
-                           event_type="ticket.revoked")
+        raise await refuse(registry, caller, refused(refusal), event_type=REVOKED, tenant=ticket["tenant"],
+                           ref=ticket["ref"], scopes=sorted(set(ticket["scopes"])), on_behalf_of=ticket["on_behalf_of"],
+                           trace_id=trace_id)
     request_id = current_request_id()  # the write runs in the group-commit task
 
     async def write(scope: WriteScope) -> list:
@@ -531,7 +503,7 @@ async def revoke(registry: Registry, caller: Caller, jti: str, *, trace_id: str 
         revoked.sort(key=lambda row: (row["depth"], row["jti"]))
         scope.audit(*(
             AuditEvent(
-                type="ticket.revoked", outcome="allowed", tenant=row["tenant"], actor_tenant=caller.tenant,
+                type=REVOKED, outcome="allowed", tenant=row["tenant"], actor_tenant=caller.tenant,
                 actor=caller.sub, actor_issuer=caller.issuer, request_id=request_id,
                 on_behalf_of=row["on_behalf_of"], ref=row["ref"], scopes=list(row["scopes"]),
                 # Descendants are revoked because their ancestor was.

@@ -21,6 +21,7 @@ from db import grants as grant_queries
 from registry import tickets
 from registry.grants import GrantPage, grant_page, grant_position
 from registry.problems import ProblemError, problem_responses
+from registry.refusals import refuse
 from registry.request_guard import body_schema, read_body
 from registry.service import registry_of, trace_id_of
 from registry.tickets import PRINTABLE, ApprovalView, TicketRequestBody, TicketResponse
@@ -72,7 +73,7 @@ async def create_ticket(
     try:
         body = await read_body(request, TicketRequestBody)
     except ProblemError as error:
-        raise await tickets.refuse(registry, error, caller=caller, trace_id=trace_id) from None
+        raise await refuse(registry, caller, error, event_type=tickets.DENIED, tenant=None, trace_id=trace_id) from None
     answer = await tickets.request_ticket(registry, caller, body, idempotency_key=idempotency_key, trace_id=trace_id)
     return Response(answer.body, status_code=answer.status)
 
