@@ -172,6 +172,14 @@ def decide_release(caller: Caller | None, cap: CapabilityGate, *, exact_version:
     return None
 
 
+def decide_ticket_target(caller: Caller, cap: CapabilityGate, *, exact_version: bool) -> Refusal | None:
+    """Whether `caller` may ask for a ticket to the capability version: it must be able to see it in
+    detail (visible; asked for exactly, not retired). Detail release's scope rule is replaced by the
+    ticket's subset rule (`check_first_ticket`, `check_redelegation`), and data regions are not a
+    ticket check: they gate who receives schemas and endpoints, not who may delegate a call."""
+    return decide_release(caller, msgspec.structs.replace(cap, scopes=(), data_regions=()), exact_version=exact_version)
+
+
 # ---------------------------------------------------------------------------
 # Registration, lifecycle and heartbeats (docs/api.md#register-an-agent, #lifecycle, #heartbeats)
 
@@ -515,10 +523,13 @@ def parent_invalid(message: str) -> Refusal:
 PARENT_UNKNOWN = parent_invalid("the parent ticket is unknown to this registry")
 
 
-def check_parent_standing(*, chain_revoked: bool, capability_status: str) -> Refusal | None:
-    """A verified, stored parent ticket: no ancestor revoked, its capability version not retired."""
+def check_parent_standing(*, active: bool, chain_revoked: bool, capability_status: str) -> Refusal | None:
+    """A verified, stored parent ticket must be active (db/tickets.py ACTIVE, the one definition);
+    the refusal says why it is not."""
+    if active:
+        return None
     if chain_revoked:
         return parent_invalid("the parent ticket or one of its ancestors was revoked")
     if capability_status == "retired":
         return parent_invalid("the parent ticket's capability version is retired")
-    return None
+    return parent_invalid("the parent ticket or one of its ancestors has expired")

@@ -35,7 +35,7 @@ from registry.audit import AuditEvent
 from registry.cards import CAPREG_EXTENSION_URI, extended_agent_card, mcp_tool, openai_tool, public_agent_card
 from registry.discovery import capability_version, public_capability
 from registry.problems import ErrorItem, invalid_request, refused
-from registry.records import CapabilityVersion, JsonSchema, PublicCapability
+from registry.records import CapabilityVersion, JsonSchema, PublicCapability, agent_ref, capability_ref
 from registry.refusals import refuse
 from registry.service import Registry
 from registry.skill_records import skill_record
@@ -94,11 +94,6 @@ def choose_version(
         return None
     # resolve() answers one of the candidates itself; identity tells apart equal-precedence builds.
     return next(c for v, c in parsed if v is chosen)
-
-
-def requested_ref(tenant: str, agent_id: str, skill_id: str, version: str) -> str:
-    """The audit ref of a request that did not resolve to a version the caller may see."""
-    return f"{tenant}/{agent_id}/{skill_id}@{version}"
 
 
 # --- What is released ----------------------------------------------------------------------------
@@ -225,12 +220,36 @@ ToolFormat = Literal["openai", "mcp"]
 
 
 class Released(msgspec.Struct, frozen=True):
-    """A capability version the caller passed the checks for, with the rows it came from."""
+    """A capability version the caller may see (and, once `release` returns it, passed the checks
+    for), with the rows it came from."""
 
     cap: CapabilityVersion
     row: Any
     agent: Any
     instances: Any
+
+    def gate(self) -> CapabilityGate:
+        """What policy decides on: the version's fields with its agent's visibility and sharing."""
+        return CapabilityGate.of(self.cap, visibility=self.agent["visibility"], shared_with=self.agent["shared_with"])
+
+
+async def visible_version(
+    registry: Registry, caller: Caller, tenant: str, agent_id: str, skill_id: str, wanted: VersionRequest
+) -> Released | None:
+    """The one resolution of the version a request names (docs/api.md#version-selection), for detail,
+    tools, validation and tickets alike: the agent must be one the caller may see, then
+    `choose_version` picks among the skill's versions. None is "no such capability version"
+    (missing or invisible, indistinguishable). What may then be done with it is policy's
+    (`decide_release`, `decide_ticket_target`)."""
+    skill = await skill_record(registry, tenant, agent_id, skill_id)
+    agent = skill.agent
+    if agent is None or not can_see(caller, tenant=tenant, visibility=agent["visibility"], shared_with=agent["shared_with"]):
+        return None
+    chosen = choose_version([cap for cap, _ in skill.versions], wanted, now=datetime.now(timezone.utc))
+    if chosen is None:
+        return None
+    row = next(row for cap, row in skill.versions if cap is chosen)
+    return Released(cap=chosen, row=row, agent=agent, instances=skill.instances)
 
 
 async def release(
@@ -246,29 +265,21 @@ async def release(
         wanted = parse_version_request(version)
     except InvalidRange as exc:
         raise invalid_request("not a version, `latest` or a version range", [ErrorItem(path="version", message=str(exc))]) from None
-    ref = requested_ref(tenant, agent_id, skill_id, version)
+    ref = capability_ref(tenant, agent_id, skill_id, version)  # as requested: nothing resolved yet
 
     def denied(refusal: Refusal, *, ref: str, scopes: Sequence[str] = ()):
         return refuse(registry, caller, refused(refusal), event_type=DENIED, tenant=tenant, ref=ref, scopes=list(scopes),
                       trace_id=trace_id)
 
-    skill = await skill_record(registry, tenant, agent_id, skill_id)
-    agent = skill.agent
-    if agent is None or not can_see(
-        caller, tenant=agent["tenant"], visibility=agent["visibility"], shared_with=agent["shared_with"]
-    ):
+    found = await visible_version(registry, caller, tenant, agent_id, skill_id, wanted)
+    if found is None:
         raise await denied(NOT_FOUND, ref=ref)
-    chosen = choose_version([cap for cap, _ in skill.versions], wanted, now=datetime.now(timezone.utc))
-    if chosen is None:
-        raise await denied(NOT_FOUND, ref=ref)
-    row = next(row for cap, row in skill.versions if cap is chosen)
-    gate = CapabilityGate.of(chosen, visibility=agent["visibility"], shared_with=agent["shared_with"])
-    refusal = decide_release(caller, gate, exact_version=wanted.exact)
+    refusal = decide_release(caller, found.gate(), exact_version=wanted.exact)
     if refusal is not None:
-        raise await denied(refusal, ref=chosen.ref, scopes=chosen.scopes)
-    event = release_event(caller, tenant=tenant, ref=chosen.ref, refusal=None, scopes=chosen.scopes, trace_id=trace_id)
+        raise await denied(refusal, ref=found.cap.ref, scopes=found.cap.scopes)
+    event = release_event(caller, tenant=tenant, ref=found.cap.ref, refusal=None, scopes=found.cap.scopes, trace_id=trace_id)
     await registry.writes.record([event])
-    return Released(cap=chosen, row=row, agent=agent, instances=skill.instances)
+    return found
 
 
 def detail_of(released: Released) -> CapabilityDetail:
@@ -293,7 +304,7 @@ async def extended_card(
         caller, tenant=agent["tenant"], visibility=agent["visibility"], shared_with=agent["shared_with"]
     ):
         raise await refuse(registry, caller, refused(not_found("agent")), event_type=DENIED, tenant=tenant,
-                           ref=f"{tenant}/{agent_id}", trace_id=trace_id)
+                           ref=agent_ref(tenant, agent_id), trace_id=trace_id)
     rows = await capability_queries.latest_per_skill(registry.pool, tenant, agent_id, detail=True)
     passed, events = [], []
     for cap in (capability_version(row) for row in rows):

@@ -23,8 +23,6 @@ from auth.policy import (
     NOT_FOUND,
     NOT_FOUND_CODE,
     PARENT_UNKNOWN,
-    CapabilityGate,
-    can_see,
     ParentTicket,
     TicketGrant,
     TicketParties,
@@ -35,7 +33,7 @@ from auth.policy import (
     check_redelegation,
     check_revoke,
     child_ticket_grant,
-    decide_release,
+    decide_ticket_target,
     first_ticket_grant,
     parent_invalid,
     validate_ticket_request,
@@ -46,12 +44,11 @@ from db import approvals as approval_queries
 from db import tickets as ticket_queries
 from db.group_commit import WriteScope
 from registry.audit import AuditEvent
-from registry.discovery import capability_ref
+from registry.records import capability_ref
 from registry.problems import ErrorItem, ProblemError, invalid_request, json_pointer, refused
 from registry.refusals import refuse
 from registry.service import Registry
-from registry.skill_records import skill_record
-from registry.release import choose_version, parse_version_request
+from registry.release import parse_version_request, visible_version
 from registry.versions import InvalidRange
 from registry.tracing import current_request_id
 from registry.wire import Wire
@@ -213,28 +210,22 @@ async def verified_ticket(registry: Registry, token: str) -> TicketClaims:
 async def resolve_target(registry: Registry, caller: Caller, req: TicketRequest) -> Target:
     """The capability version of a ticket request, as the caller may see it (400, 404, 410 otherwise).
 
-    Resolution is detail release's (registry.release), so `latest` and ranges name the same version
-    for a ticket as for the schemas. The caller must be able to see the version in detail: visible
-    to its tenant and, asked for exactly, not retired. Detail release's scope rule is replaced by the
-    ticket's subset rule, and data regions are not a ticket check (docs/api.md#request-a-ticket lists the ticket
-    checks; regions gate who receives schemas and endpoints, not who may delegate a call).
+    Resolution is detail release's (registry.release.visible_version), so `latest` and ranges name
+    the same version for a ticket as for the schemas; whether it may be a ticket's target is
+    auth.policy.decide_ticket_target (docs/api.md#request-a-ticket).
     """
     tenant, _, agent_id = req.audience.partition("/")
     try:
         wanted = parse_version_request(req.version)
     except InvalidRange as exc:
         raise invalid_request("version is not a version, `latest` or a range", [ErrorItem(path="/version", message=str(exc))]) from None
-    skill = await skill_record(registry, tenant, agent_id, req.skill)
-    agent = skill.agent
-    if agent is None or not can_see(caller, tenant=tenant, visibility=agent["visibility"], shared_with=agent["shared_with"]):
+    found = await visible_version(registry, caller, tenant, agent_id, req.skill, wanted)
+    if found is None:
         raise refused(NOT_FOUND)
-    chosen = choose_version([cap for cap, _ in skill.versions], wanted, now=datetime.now(timezone.utc))
-    if chosen is None:
-        raise refused(NOT_FOUND)
-    gate = CapabilityGate.of(chosen, visibility=agent["visibility"], shared_with=agent["shared_with"])
-    refusal = decide_release(caller, msgspec.structs.replace(gate, scopes=(), data_regions=()), exact_version=wanted.exact)
+    refusal = decide_ticket_target(caller, found.gate(), exact_version=wanted.exact)
     if refusal is not None:
         raise refused(refusal)
+    chosen = found.cap
     return Target(
         tenant=chosen.tenant, agent_id=chosen.agent_id, skill_id=chosen.id, version=chosen.version,
         scopes=tuple(chosen.scopes), requires_approval=chosen.requires_approval,
@@ -246,8 +237,9 @@ async def evaluate(
 ) -> Plan:
     """Every check of a ticket request, in the order of docs/api.md#request-a-ticket; a refusal is audited, then raised."""
     now = int(time.time())
-    requested_ref = f"{req.audience}/{req.skill}@{req.version}"
-    context = dict(event_type=DENIED, tenant=req.audience.partition("/")[0], ref=requested_ref,
+    tenant, _, agent_id = req.audience.partition("/")  # validated: `tenant/agentId`
+    requested_ref = capability_ref(tenant, agent_id, req.skill, req.version)
+    context = dict(event_type=DENIED, tenant=tenant, ref=requested_ref,
                    scopes=sorted(set(req.scopes)), on_behalf_of=req.on_behalf_of, trace_id=trace_id)
     try:
         target = await resolve_target(registry, caller, req)
@@ -272,7 +264,7 @@ async def evaluate(
     # onBehalfOf is taken from the stored parent, not inferred from `sub` (see auth.tickets).
     parent = msgspec.structs.replace(ParentTicket.from_claims(claims.as_dict()), on_behalf_of=state["on_behalf_of"])
     refusal = check_redelegation(caller, req, parent, target.scopes, now=now) or check_parent_standing(
-        chain_revoked=state["chain_revoked"], capability_status=state["capability_status"]
+        active=state["active"], chain_revoked=state["chain_revoked"], capability_status=state["capability_status"]
     )
     if refusal is not None:
         raise await refuse(registry, caller, refused(refusal), **context)
@@ -343,7 +335,8 @@ async def mint(
             await ticket_queries.lock_tree(conn, plan.root_jti)
             state = await ticket_queries.ticket_state(conn, grant.parent)
             refusal = PARENT_UNKNOWN if state is None else check_parent_standing(
-                chain_revoked=state["chain_revoked"], capability_status=state["capability_status"]
+                active=state["active"], chain_revoked=state["chain_revoked"],
+                capability_status=state["capability_status"],
             )
             if refusal is not None:
                 raise refused(refusal)
@@ -476,7 +469,7 @@ async def introspect(registry: Registry, caller: Caller, token: str) -> dict[str
     if check_introspect(caller, audience=claims.aud, capability_tenant=claims.tenant) is not None:
         return inactive
     state = await ticket_queries.ticket_state(registry.pool, claims.jti)
-    if state is None or state["chain_revoked"] or state["capability_status"] == "retired":
+    if state is None or not state["active"]:
         return inactive
     return {"active": True, **claims.as_dict()}
 

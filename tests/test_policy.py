@@ -813,10 +813,11 @@ def test_approvals_are_invisible_outside_their_parties_and_never_self_decided(wh
 
 
 @PROPERTY
-@given(revoked=st.booleans(), status=st.sampled_from(("active", "deprecated", "retired")))
-def test_a_parent_stands_only_unrevoked_and_not_retired(revoked: bool, status: str) -> None:
-    refusal = check_parent_standing(chain_revoked=revoked, capability_status=status)
-    assert (refusal is None) == (not revoked and status != "retired")
+@given(revoked=st.booleans(), status=st.sampled_from(("active", "deprecated", "retired")), expired=st.booleans())
+def test_a_parent_stands_only_while_active(revoked: bool, status: str, expired: bool) -> None:
+    active = not revoked and status != "retired" and not expired  # what db/tickets.py ACTIVE answers
+    refusal = check_parent_standing(active=active, chain_revoked=revoked, capability_status=status)
+    assert (refusal is None) == active
     assert refusal is None or (refusal.code, refusal.reason) == ("delegation_denied", "parent_invalid")
 
 
