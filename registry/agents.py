@@ -31,7 +31,7 @@ from registry.registration import (
     registration_digest,
 )
 from registry.response_cache import CachedResponse, etag_of, expiry
-from registry.service import Registry
+from registry.state import Registry
 from registry.tracing import current_request_id
 
 REGISTERED = "agent.registered"

@@ -21,7 +21,8 @@ from db.pool import create_pool
 from registry.config import Settings, load_settings
 from registry.problems import handle_exception
 from registry.routes import agents, approvals, audit, console, discovery, mcp, ops, release, tickets, versions
-from registry.service import ChangeWatcher, Registry
+from registry.change_watcher import ChangeWatcher
+from registry.state import Registry
 from registry.observability import RequestMetrics, observability_middleware
 from registry.bounded_work import bounded_work
 from registry.housekeeping import run_housekeeping

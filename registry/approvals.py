@@ -14,10 +14,10 @@ from auth.policy import NOT_FOUND_CODE, ApprovalParties, check_approval_decider,
 from auth.principal import Caller
 from db import approvals as approval_queries
 from db.group_commit import WriteScope
-from registry.audit import AuditEvent
+from db.audit_events import AuditEvent
 from registry.problems import refused
 from registry.refusals import refuse
-from registry.service import Registry
+from registry.state import Registry
 from registry.tickets import (
     AlreadyCollected,
     ApprovalView,

@@ -35,7 +35,7 @@ from registry.response_cache import CachedResponse, expiry
 from registry.wire import Wire
 
 if TYPE_CHECKING:
-    from registry.service import Registry
+    from registry.state import Registry
 
 MAX_LIMIT = 200
 DEFAULT_LIMIT = 50

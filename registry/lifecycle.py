@@ -14,12 +14,12 @@ from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
 from db.group_commit import WriteScope
-from registry.audit import AuditEvent
+from db.audit_events import AuditEvent
 from registry.discovery import public_capability
 from registry.problems import ErrorItem, ProblemError, invalid_request, refused
 from registry.records import PublicCapability, capability_ref
 from registry.refusals import refuse
-from registry.service import Registry
+from registry.state import Registry
 from registry.tracing import current_request_id
 from registry.versions import InvalidVersion, Version
 

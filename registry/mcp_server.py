@@ -46,7 +46,7 @@ from registry.discovery import (
 )
 from registry.problems import ErrorItem, ProblemError, decode_error_item, invalid_request, invalid_token, problem_of
 from registry.records import SideEffect
-from registry.service import Registry
+from registry.state import Registry
 from registry.wire import Wire
 
 # Newest first. Streamable HTTP exists since 2025-03-26; a client asking for another revision is

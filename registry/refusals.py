@@ -4,7 +4,7 @@ transaction, nothing else written), then hand back the error to raise (docs/audi
 Every refusal of an identified caller goes through `refuse` (registration, lifecycle, detail
 release, tickets, approvals, revocation, malformed or unstorable requests, MCP tools), so each is
 recorded the same way: the caller's tenant, subject and token issuer, the server's request id,
-the refusal's reason (else its code), text PostgreSQL cannot store escaped (registry.audit).
+the refusal's reason (else its code), text PostgreSQL cannot store escaped (db.audit_events).
 An unauthenticated caller is never audited: who asked is unknown, and anyone could grow the chain.
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from auth.principal import Caller
-from registry.audit import AuditEvent
+from db.audit_events import AuditEvent
 from registry.problems import ProblemError
-from registry.service import Registry
+from registry.state import Registry
 from registry.tracing import current_request_id
 
 

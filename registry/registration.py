@@ -16,7 +16,7 @@ from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
 from db.group_commit import WriteScope
-from registry.audit import AuditEvent
+from db.audit_events import AuditEvent
 from registry.bounded_work import WorkFailed, WorkTimedOut, run_bounded
 from registry.cards import a2a_card_dict, normalize_registration
 from registry.problems import ErrorItem, ProblemError, invalid_request

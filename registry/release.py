@@ -31,13 +31,13 @@ from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
 from registry.tracing import current_request_id
-from registry.audit import AuditEvent
+from db.audit_events import AuditEvent
 from registry.cards import CAPREG_EXTENSION_URI, extended_agent_card, mcp_tool, openai_tool, public_agent_card
 from registry.discovery import capability_version, public_capability
 from registry.problems import ErrorItem, invalid_request, refused
 from registry.records import CapabilityVersion, JsonSchema, PublicCapability, agent_ref, capability_ref
 from registry.refusals import refuse
-from registry.service import Registry
+from registry.state import Registry
 from registry.skill_records import skill_record
 from registry.versions import InvalidRange, InvalidVersion, Version, parse_range, resolve
 from registry.wire import Wire

@@ -22,10 +22,12 @@ from litestar.di import Provide
 from litestar.params import JSONBody
 from litestar.types import ASGIApp, Receive, Scope, Send
 
+from registry.authentication import optional_caller
 from registry.problems import ErrorItem, ProblemError, decode_error_item, invalid_request, send_problem
 from registry.records import TENANT_PATTERN
 from registry.refusals import refuse
-from registry.storable import escaped, unstorable, unstorable_pointer
+from db.unstorable import escaped, unstorable
+from registry.storable import unstorable_pointer
 
 T = TypeVar("T")
 
@@ -52,7 +54,7 @@ async def refuse_unstorable(request: Request, item: ErrorItem) -> ProblemError:
     error = invalid_request("the request contains a value that cannot be stored", [item])
     registry = request.app.state.registry
     try:
-        caller = await registry.caller(request)
+        caller = await optional_caller(request)
     except ProblemError:
         caller = None
     path = request.scope["path"]

@@ -43,11 +43,11 @@ from auth.tickets import CapClaim, InvalidTicket, TicketClaims, new_jti, sign_ti
 from db import approvals as approval_queries
 from db import tickets as ticket_queries
 from db.group_commit import WriteScope
-from registry.audit import AuditEvent
+from db.audit_events import AuditEvent
 from registry.records import capability_ref
 from registry.problems import ErrorItem, ProblemError, invalid_request, json_pointer, refused
 from registry.refusals import refuse
-from registry.service import Registry
+from registry.state import Registry
 from registry.release import parse_version_request, visible_version
 from registry.versions import InvalidRange
 from registry.tracing import current_request_id

@@ -13,13 +13,14 @@ from litestar.params import PathParameter
 
 from auth.policy import PUBLISH_SCOPE
 from db.agents import LeaseRenewal
+from registry.authentication import authenticate, optional_caller
 from registry import agents
 from registry.discovery import AgentView
 from registry.problems import ProblemError, problem_responses
 from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN, AgentRegistration, PublicCapability
 from registry.registration import VersionRef
 from registry.request_guard import body_schema, read_body
-from registry.service import registry_of, trace_id_of
+from registry.state import registry_of, trace_id_of
 from registry.wire import Wire
 
 TenantPath = Annotated[str, PathParameter(pattern=TENANT_PATTERN, description="tenant id")]
@@ -70,7 +71,7 @@ async def _unchanged_registration(request: Request) -> Response | None:
         return None
     registry = registry_of(request)
     try:
-        caller = await registry.caller(request)
+        caller = await optional_caller(request)
     except ProblemError:
         return None
     unchanged = await agents.unchanged_registration(registry, caller, tenant, agent_id, await request.body())
@@ -95,7 +96,7 @@ async def register_agent(
     request: Request, tenant: TenantPath, agent_id: AgentPath
 ) -> Response[RegistrationResponse]:
     registry = registry_of(request)
-    caller = await registry.require_caller(request)
+    caller = await authenticate(request)
     data = await read_body(request, AgentRegistration)
     result = await agents.register(
         registry, caller, tenant, agent_id, data, await request.body(), trace_id=trace_id_of(request)
@@ -115,7 +116,7 @@ async def register_agent(
 )
 async def get_agent(request: Request, tenant: TenantPath, agent_id: AgentPath) -> Response[AgentView]:
     registry = registry_of(request)
-    entry = await agents.visible_view(registry, await registry.caller(request), tenant, agent_id)
+    entry = await agents.visible_view(registry, await optional_caller(request), tenant, agent_id)
     return Response(entry.body, media_type="application/json")
 
 
@@ -126,7 +127,7 @@ async def get_agent(request: Request, tenant: TenantPath, agent_id: AgentPath) -
 )
 async def get_agent_card(request: Request, tenant: TenantPath, agent_id: AgentPath) -> Response[dict]:
     registry = registry_of(request)
-    caller = await registry.caller(request)
+    caller = await optional_caller(request)
     base_url = f"{registry.public_url(request)}/v1/agents/{tenant}/{agent_id}"
     entry = await agents.visible_card(registry, caller, tenant, agent_id, base_url=base_url)
     return Response(entry.body, media_type="application/json")
@@ -141,7 +142,7 @@ async def list_skill_versions(
     request: Request, tenant: TenantPath, agent_id: AgentPath, skill_id: SkillPath
 ) -> VersionList:
     registry = registry_of(request)
-    items = await agents.skill_versions(registry, await registry.caller(request), tenant, agent_id, skill_id)
+    items = await agents.skill_versions(registry, await optional_caller(request), tenant, agent_id, skill_id)
     return VersionList(items=items)
 
 
@@ -154,7 +155,7 @@ async def list_skill_versions(
 )
 async def heartbeat(request: Request, tenant: TenantPath, agent_id: AgentPath) -> HeartbeatResponse:
     registry = registry_of(request)
-    caller = await registry.require_caller(request, PUBLISH_SCOPE)
+    caller = await authenticate(request, PUBLISH_SCOPE)
     data = await read_body(request, Heartbeat)
     expires_at = await agents.heartbeat(
         registry, caller, LeaseRenewal(tenant, agent_id, data.instance_id, data.url, data.ttl_seconds, data.load)

@@ -9,9 +9,10 @@ from typing import Annotated
 from litestar import Request, get, post
 from litestar.params import PathParameter
 
+from registry.authentication import authenticate
 from registry import approvals
 from registry.problems import problem_responses
-from registry.service import registry_of, trace_id_of
+from registry.state import registry_of, trace_id_of
 from registry.tickets import ApprovalView
 
 ApprovalPath = Annotated[str, PathParameter(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="approval id")]
@@ -25,7 +26,7 @@ ApprovalPath = Annotated[str, PathParameter(pattern=r"^[A-Za-z0-9_-]{1,64}$", de
 )
 async def approve(request: Request, approval_id: ApprovalPath) -> ApprovalView:
     registry = registry_of(request)
-    caller = await registry.require_caller(request)
+    caller = await authenticate(request)
     return await approvals.decide(registry, caller, approval_id, "approved", trace_id=trace_id_of(request))
 
 
@@ -37,7 +38,7 @@ async def approve(request: Request, approval_id: ApprovalPath) -> ApprovalView:
 )
 async def deny(request: Request, approval_id: ApprovalPath) -> ApprovalView:
     registry = registry_of(request)
-    caller = await registry.require_caller(request)
+    caller = await authenticate(request)
     return await approvals.decide(registry, caller, approval_id, "denied", trace_id=trace_id_of(request))
 
 
@@ -48,7 +49,7 @@ async def deny(request: Request, approval_id: ApprovalPath) -> ApprovalView:
 )
 async def get_approval(request: Request, approval_id: ApprovalPath) -> ApprovalView:
     registry = registry_of(request)
-    caller = await registry.require_caller(request)
+    caller = await authenticate(request)
     return await approvals.read(registry, caller, approval_id, trace_id=trace_id_of(request))
 
 

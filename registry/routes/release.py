@@ -14,13 +14,14 @@ from litestar import Request, get, post
 from litestar.params import PathParameter, QueryParameter
 
 from auth.principal import Caller
+from registry.authentication import authenticate
 from registry.arguments import Mode, ValidationReport, validate_arguments_bounded
 from registry.problems import problem_responses
 from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN
 from registry import release
 from registry.release import CapabilityDetail, Released, detail_of, tool_definition
 from registry.request_guard import body_schema, read_body
-from registry.service import Registry, registry_of, trace_id_of
+from registry.state import Registry, registry_of, trace_id_of
 from registry.wire import Wire
 
 TenantPath = Annotated[str, PathParameter(pattern=TENANT_PATTERN, description="tenant id")]
@@ -43,7 +44,7 @@ async def authenticated_release(
 ) -> tuple[Registry, Caller, Released]:
     """Authenticate, then release through the service (registry.release)."""
     registry = registry_of(request)
-    caller = await registry.require_caller(request)
+    caller = await authenticate(request)
     released = await release.release(
         registry, caller, tenant=tenant, agent_id=agent_id, skill_id=skill_id, version=version,
         trace_id=trace_id_of(request),
@@ -83,7 +84,7 @@ async def get_capability_detail(
 )
 async def get_extended_agent_card(request: Request, tenant: TenantPath, agent_id: AgentPath) -> dict:
     registry = registry_of(request)
-    caller = await registry.require_caller(request)
+    caller = await authenticate(request)
     return await release.extended_card(
         registry, caller, tenant=tenant, agent_id=agent_id,
         base_url=f"{registry.public_url(request)}/v1/agents/{tenant}/{agent_id}", trace_id=trace_id_of(request),
@@ -134,7 +135,7 @@ async def validate_capability_arguments(
     skill_id: SkillPath,
     version: VersionPath,
 ) -> ValidationReport:
-    await registry_of(request).require_caller(request)  # 401 before the body is looked at
+    await authenticate(request)  # 401 before the body is looked at
     data = await read_body(request, ValidateRequest)
     _, _, released = await authenticated_release(request, tenant, agent_id, skill_id, version)
     return await validate_arguments_bounded(released.cap.input_schema, data.arguments, data.mode)

@@ -18,12 +18,13 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import HeaderParameter, PathParameter, QueryParameter
 
 from db import grants as grant_queries
+from registry.authentication import authenticate
 from registry import tickets
 from registry.grants import GrantPage, grant_page, grant_position
 from registry.problems import ProblemError, problem_responses
 from registry.refusals import refuse
 from registry.request_guard import body_schema, read_body
-from registry.service import registry_of, trace_id_of
+from registry.state import registry_of, trace_id_of
 from registry.tickets import PRINTABLE, ApprovalView, TicketRequestBody, TicketResponse
 from registry.wire import Wire
 
@@ -69,7 +70,7 @@ async def create_ticket(
 ) -> Response[TicketResponse]:
     registry = registry_of(request)
     trace_id = trace_id_of(request)
-    caller = await registry.require_caller(request)
+    caller = await authenticate(request)
     try:
         body = await read_body(request, TicketRequestBody)
     except ProblemError as error:
@@ -91,7 +92,7 @@ async def create_ticket(
 )
 async def introspect(request: Request) -> dict[str, Any]:
     registry = registry_of(request)
-    caller = await registry.require_caller(request)
+    caller = await authenticate(request)
     body = await read_body(request, IntrospectionRequest)
     return await tickets.introspect(registry, caller, body.ticket)
 
@@ -104,7 +105,7 @@ async def introspect(request: Request) -> dict[str, Any]:
 )
 async def revoke_ticket(request: Request, jti: JtiPath) -> RevocationResponse:
     registry = registry_of(request)
-    caller = await registry.require_caller(request)
+    caller = await authenticate(request)
     revoked = await tickets.revoke(registry, caller, jti, trace_id=trace_id_of(request))
     return RevocationResponse(jti=jti, revoked=revoked)
 
@@ -124,7 +125,7 @@ async def list_tickets(
     cursor: Annotated[str | None, QueryParameter(max_length=512)] = None,
 ) -> GrantPage:
     registry = registry_of(request)
-    caller = await registry.require_caller(request, "audit:read")
+    caller = await authenticate(request, "audit:read")
     # The grant report's query and shape: one definition of "active" for both listings.
     rows = await grant_queries.tenant_grants(
         registry.pool, viewer_tenant=caller.tenant, active=active, actor=actor, skill=skill, scope=granted_scope,

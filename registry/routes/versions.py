@@ -11,13 +11,14 @@ import msgspec
 from litestar import Request, post
 from litestar.params import PathParameter
 
+from registry.authentication import authenticate
 from registry import lifecycle
 from registry.lifecycle import VersionKey
 from registry.problems import ErrorItem, invalid_request, problem_responses
 from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN, PublicCapability, SkillRegistration
 from registry.registration import bounded, checked_schemas, compatibility_report, skill_content
 from registry.request_guard import body_schema, read_body
-from registry.service import registry_of, trace_id_of
+from registry.state import registry_of, trace_id_of
 from registry.versions import InvalidVersion, Version
 from registry.wire import Wire
 
@@ -55,7 +56,7 @@ async def deprecate(
     request: Request, tenant: TenantPath, agent_id: AgentPath, skill_id: SkillPath, version: VersionPath,
 ) -> PublicCapability:
     registry = registry_of(request)
-    caller = await registry.require_caller(request)
+    caller = await authenticate(request)
     data = await read_body(request, Deprecation)
     return await lifecycle.deprecate(
         registry, caller, VersionKey(tenant, agent_id, skill_id, version), sunset_at=data.sunset_at,
@@ -73,7 +74,7 @@ async def retire(
     request: Request, tenant: TenantPath, agent_id: AgentPath, skill_id: SkillPath, version: VersionPath
 ) -> PublicCapability:
     registry = registry_of(request)
-    caller = await registry.require_caller(request)
+    caller = await authenticate(request)
     return await lifecycle.retire(
         registry, caller, VersionKey(tenant, agent_id, skill_id, version), trace_id=trace_id_of(request)
     )
@@ -92,7 +93,7 @@ async def retire(
     dependencies=body_schema(CompatibilityRequest),
 )
 async def compatibility(request: Request) -> CompatibilityReport:
-    await registry_of(request).require_caller(request)
+    await authenticate(request)
     data = await read_body(request, CompatibilityRequest)
     problems: list[ErrorItem] = []
     versions = {}
