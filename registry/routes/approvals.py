@@ -18,6 +18,11 @@ from registry.tickets import ApprovalView
 ApprovalPath = Annotated[str, PathParameter(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="approval id")]
 
 
+async def _decide(request: Request, approval_id: str, verdict: approvals.Verdict) -> ApprovalView:
+    caller = await authenticate(request)
+    return await approvals.decide(registry_of(request), caller, approval_id, verdict, trace_id=trace_id_of(request))
+
+
 @post(
     "/v1/approvals/{approval_id:str}/approve",
     status_code=200,
@@ -25,9 +30,7 @@ ApprovalPath = Annotated[str, PathParameter(pattern=r"^[A-Za-z0-9_-]{1,64}$", de
     responses=problem_responses(401, 403, 404),
 )
 async def approve(request: Request, approval_id: ApprovalPath) -> ApprovalView:
-    registry = registry_of(request)
-    caller = await authenticate(request)
-    return await approvals.decide(registry, caller, approval_id, "approved", trace_id=trace_id_of(request))
+    return await _decide(request, approval_id, "approved")
 
 
 @post(
@@ -37,9 +40,7 @@ async def approve(request: Request, approval_id: ApprovalPath) -> ApprovalView:
     responses=problem_responses(401, 403, 404),
 )
 async def deny(request: Request, approval_id: ApprovalPath) -> ApprovalView:
-    registry = registry_of(request)
-    caller = await authenticate(request)
-    return await approvals.decide(registry, caller, approval_id, "denied", trace_id=trace_id_of(request))
+    return await _decide(request, approval_id, "denied")
 
 
 @get(
