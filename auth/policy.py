@@ -1,10 +1,15 @@
-"""Authorization policy: who may see a record, who may read its details, which tickets may be minted.
+"""Authorization policy: every decision on what an authenticated caller may do, as pure functions.
 
-This module owns the decisions of docs/api.md#visibility, #release-checks, #tickets and #ticket-claims as pure
-functions over msgspec Structs: record visibility, the ordered detail-release
-checks, the first-ticket and re-delegation narrowing rules, the RFC 8693 actor
-chain, ticket request validation and the approval-decider rule. It reads no
-clock, database or token: callers pass verified claims and `now` (epoch seconds).
+This module owns the decisions of docs/api.md#visibility, #release-checks, #tickets and #ticket-claims
+over msgspec Structs: record visibility, endpoint scopes, publishing, lifecycle changes, heartbeats,
+the ordered detail-release checks, the first-ticket and re-delegation narrowing rules, the RFC 8693
+actor chain, ticket request validation, revocation, introspection and approvals. It reads no clock,
+database or token: callers pass verified claims, stored rows' fields and `now` (epoch seconds).
+
+Each decision answers None (allowed) or a `Refusal`: an error code of docs/api.md#error-codes with
+its message, refusal reason and missing scopes, never an HTTP status (registry.problems maps a code
+to its status, once). Where a record may be invisible to the caller, invisibility is decided first
+and answers `not_found`, so a refusal never reveals that a record exists.
 """
 
 from __future__ import annotations
@@ -64,6 +69,9 @@ class StoredVersion(Protocol):
     data_regions: Sequence[str]
     status: str
 
+    @property
+    def ref(self) -> str: ...
+
 
 class CapabilityGate(msgspec.Struct, frozen=True, kw_only=True):
     """The fields of a capability version (and its agent) that detail release is decided on."""
@@ -74,6 +82,7 @@ class CapabilityGate(msgspec.Struct, frozen=True, kw_only=True):
     scopes: tuple[str, ...] = ()
     data_regions: tuple[str, ...] = ()
     status: str = "active"
+    ref: str = ""  # `tenant/agent/skill@version`, named in the `retired` message
 
     @classmethod
     def of(cls, version: StoredVersion, *, visibility: str, shared_with: Sequence[str]) -> CapabilityGate:
@@ -85,26 +94,58 @@ class CapabilityGate(msgspec.Struct, frozen=True, kw_only=True):
             scopes=tuple(version.scopes),
             data_regions=tuple(version.data_regions),
             status=version.status,
+            ref=version.ref,
         )
 
 
-class Decision(msgspec.Struct, frozen=True, kw_only=True):
-    """Outcome of a detail-release check; `code` and `status` are the HTTP error when not allowed."""
+class Refusal(msgspec.Struct, frozen=True, kw_only=True):
+    """A refused decision: `code` is an error code of docs/api.md#error-codes, `reason` a refusal reason
+    of docs/api.md#refusal-reasons (for `delegation_denied`), `missing_scopes` what an
+    `insufficient_scope` refusal lacks. No HTTP status: registry.problems maps codes to statuses."""
 
-    allowed: bool
-    code: str | None
-    status: int
+    code: str
+    message: str
+    reason: str | None = None
     missing_scopes: tuple[str, ...] = ()
 
 
-ALLOWED = Decision(allowed=True, code=None, status=200)
+NOT_FOUND_CODE = "not_found"
 # The one answer for "does not exist" and "exists but you may not see it", so the two cannot be told apart.
-NOT_FOUND = Decision(allowed=False, code="not_found", status=404)
-RETIRED = Decision(allowed=False, code="retired", status=410)
-DATA_LOCATION_DENIED = Decision(allowed=False, code="data_location_denied", status=403)
+NOT_FOUND = Refusal(code=NOT_FOUND_CODE, message="no such capability version")
+DATA_LOCATION_DENIED = Refusal(
+    code="data_location_denied",
+    message="this capability's data stays in regions your token's `regions` claim does not include",
+)
+TENANT_MISMATCH_MESSAGE = "the path names a tenant other than the caller's"
 
 
-def decide_release(caller: Caller | None, cap: CapabilityGate, *, exact_version: bool = True) -> Decision:
+def not_found(what: str) -> Refusal:
+    """`not_found` for a record the caller may not see or that does not exist ("no such <what>")."""
+    return Refusal(code=NOT_FOUND_CODE, message=f"no such {what}")
+
+
+def tenant_mismatch(message: str = TENANT_MISMATCH_MESSAGE) -> Refusal:
+    return Refusal(code="tenant_mismatch", message=message)
+
+
+def missing_scope(scope: str) -> Refusal:
+    """`insufficient_scope` for an operation that needs `scope`."""
+    return Refusal(code="insufficient_scope", message=f"this operation needs the scope {scope}", missing_scopes=(scope,))
+
+
+def delegation_denied(*, reason: str, message: str) -> Refusal:
+    """A refused ticket request: `reason` is one of the refusal reasons above."""
+    return Refusal(code="delegation_denied", message=message, reason=reason)
+
+
+def check_scope(caller: Caller, scope: str | None) -> Refusal | None:
+    """An endpoint that needs `scope` (None: any authenticated caller)."""
+    if scope is not None and not caller.holds(scope):
+        return missing_scope(scope)
+    return None
+
+
+def decide_release(caller: Caller | None, cap: CapabilityGate, *, exact_version: bool = True) -> Refusal | None:
     """Whether `caller` may receive the capability's details (schemas, examples, endpoints).
 
     Checks in the order of docs/api.md#release-checks: visibility (404), retirement (410), scopes (403
@@ -119,17 +160,63 @@ def decide_release(caller: Caller | None, cap: CapabilityGate, *, exact_version:
     if not can_see(caller, tenant=cap.tenant, visibility=cap.visibility, shared_with=cap.shared_with):
         return NOT_FOUND
     if cap.status == "retired":
-        return RETIRED if exact_version else NOT_FOUND
+        return Refusal(code="retired", message=f"{cap.ref} is retired") if exact_version else NOT_FOUND
     missing = tuple(sorted(set(cap.scopes) - caller.scopes))
     if missing:
-        return Decision(allowed=False, code="insufficient_scope", status=403, missing_scopes=missing)
+        return Refusal(
+            code="insufficient_scope", message=f"releasing this capability needs the scopes: {' '.join(missing)}",
+            missing_scopes=missing,
+        )
     if cap.data_regions and (caller.regions is None or not set(cap.data_regions) & set(caller.regions)):
         return DATA_LOCATION_DENIED
-    return ALLOWED
+    return None
+
+
+def decide_ticket_target(caller: Caller, cap: CapabilityGate, *, exact_version: bool) -> Refusal | None:
+    """Whether `caller` may ask for a ticket to the capability version: it must be able to see it in
+    detail (visible; asked for exactly, not retired). Detail release's scope rule is replaced by the
+    ticket's subset rule (`check_first_ticket`, `check_redelegation`), and data regions are not a
+    ticket check: they gate who receives schemas and endpoints, not who may delegate a call."""
+    return decide_release(caller, msgspec.structs.replace(cap, scopes=(), data_regions=()), exact_version=exact_version)
 
 
 # ---------------------------------------------------------------------------
-# Tickets (sections 5 and 8)
+# Registration, lifecycle and heartbeats (docs/api.md#register-an-agent, #lifecycle, #heartbeats)
+
+PUBLISH_SCOPE = "registry:publish"
+
+
+def check_publish(caller: Caller, tenant: str) -> Refusal | None:
+    """Registering an agent in `tenant` (and publishing its versions): `registry:publish`, own tenant."""
+    if (refusal := check_scope(caller, PUBLISH_SCOPE)) is not None:
+        return refusal
+    if caller.tenant != tenant:
+        return tenant_mismatch()
+    return None
+
+
+def check_lifecycle(caller: Caller, tenant: str, *, agent_visible: bool) -> Refusal | None:
+    """Deprecating or retiring a version of `tenant`'s agent: visible (`not_found` otherwise, first),
+    the caller's own tenant, `registry:admin`."""
+    if not agent_visible:
+        return NOT_FOUND
+    if caller.tenant != tenant:
+        return tenant_mismatch()
+    return check_scope(caller, REGISTRY_ADMIN_SCOPE)
+
+
+def check_heartbeat(caller: Caller, tenant: str, *, agent_visible: bool) -> Refusal | None:
+    """Renewing an instance lease of `tenant`'s agent: `registry:publish`, then (another tenant) an
+    invisible agent is `not_found`, a visible one `tenant_mismatch`."""
+    if (refusal := check_scope(caller, PUBLISH_SCOPE)) is not None:
+        return refusal
+    if caller.tenant != tenant:
+        return tenant_mismatch() if agent_visible else not_found("agent")
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Tickets (docs/api.md#tickets)
 
 
 class TicketRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -184,14 +271,6 @@ class ParentTicket(msgspec.Struct, frozen=True, kw_only=True):
             max_depth=int(claims.get("maxDepth", 0)),
             on_behalf_of=None if sub == minter else sub,
         )
-
-
-class Refusal(msgspec.Struct, frozen=True, kw_only=True):
-    """A refused ticket or approval: `reason` is a refusal reason of docs/api.md#refusal-reasons, `code` the HTTP error code (403)."""
-
-    reason: str
-    message: str
-    code: str = "delegation_denied"
 
 
 class TicketGrant(msgspec.Struct, frozen=True, kw_only=True):
@@ -276,7 +355,7 @@ def check_first_ticket(caller: Caller, req: TicketRequest, capability_scopes: It
     """A first ticket: requested scopes ⊆ capability scopes ∩ caller token scopes."""
     escalated = escalated_scopes(req.scopes, capability_scopes, caller.scopes)
     if escalated:
-        return Refusal(reason=SCOPE_ESCALATION, message=f"scopes not held or not served: {' '.join(escalated)}")
+        return delegation_denied(reason=SCOPE_ESCALATION, message=f"scopes not held or not served: {' '.join(escalated)}")
     return None
 
 
@@ -293,35 +372,35 @@ def check_redelegation(
     (`actor_repeated`). The parent's signature and revocation are the verifier's.
     """
     if parent.exp <= now:
-        return Refusal(reason=PARENT_INVALID, message="the parent ticket has expired")
+        return parent_invalid("the parent ticket has expired")
     if caller.principal != parent.aud:
-        return Refusal(reason=NOT_PARENT_AUDIENCE, message="only the parent ticket's audience may re-delegate it")
+        return delegation_denied(reason=NOT_PARENT_AUDIENCE, message="only the parent ticket's audience may re-delegate it")
     escalated = escalated_scopes(req.scopes, parent.scopes, capability_scopes)
     if escalated:
-        return Refusal(reason=SCOPE_ESCALATION, message=f"scopes beyond the parent ticket or capability: {' '.join(escalated)}")
+        return delegation_denied(reason=SCOPE_ESCALATION, message=f"scopes beyond the parent ticket or capability: {' '.join(escalated)}")
     # An empty parent list is unrestricted; an empty child list under a restricted parent would widen it to everything.
     if parent.resources:
         if not req.resources:
-            return Refusal(
+            return delegation_denied(
                 reason=RESOURCE_ESCALATION, message="the parent ticket is restricted to resources; the child must list a subset"
             )
         beyond = sorted(set(req.resources) - set(parent.resources))
         if beyond:
-            return Refusal(reason=RESOURCE_ESCALATION, message=f"resources beyond the parent ticket: {' '.join(beyond)}")
+            return delegation_denied(reason=RESOURCE_ESCALATION, message=f"resources beyond the parent ticket: {' '.join(beyond)}")
     if parent.max_depth < 1:
-        return Refusal(reason=DEPTH_EXHAUSTED, message="the parent ticket allows no further delegation")
+        return delegation_denied(reason=DEPTH_EXHAUSTED, message="the parent ticket allows no further delegation")
     if req.max_depth > parent.max_depth - 1:
-        return Refusal(reason=DEPTH_EXHAUSTED, message=f"maxDepth must be at most {parent.max_depth - 1}")
+        return delegation_denied(reason=DEPTH_EXHAUSTED, message=f"maxDepth must be at most {parent.max_depth - 1}")
     if now + req.ttl_seconds > parent.exp:
-        return Refusal(
+        return delegation_denied(
             reason=LIFETIME_ESCALATION,
             message=f"the child would outlive its parent; ttlSeconds must be at most {parent.exp - now}",
         )
     if req.on_behalf_of is not None and req.on_behalf_of != parent.on_behalf_of:
-        return Refusal(reason=ON_BEHALF_OF_MISMATCH, message="onBehalfOf is inherited from the parent ticket and cannot change")
+        return delegation_denied(reason=ON_BEHALF_OF_MISMATCH, message="onBehalfOf is inherited from the parent ticket and cannot change")
     actors = actors_in_chain(actor_chain(caller.principal, parent.act))
     if len(set(actors)) != len(actors):
-        return Refusal(reason=ACTOR_REPEATED, message="an actor may appear only once in the delegation chain")
+        return delegation_denied(reason=ACTOR_REPEATED, message="an actor may appear only once in the delegation chain")
     return None
 
 
@@ -364,22 +443,93 @@ def child_ticket_grant(caller: Caller, req: TicketRequest, parent: ParentTicket,
 # Approvals (docs/api.md#approvals)
 
 
-def check_approval_decider(decider: Caller, requester_principal: str, capability_tenant: str) -> Refusal | None:
-    """Whether `decider` may approve or deny a pending request.
+class ApprovalParties(msgspec.Struct, frozen=True, kw_only=True):
+    """Who a pending approval concerns: its requester (`tenant/sub`) and the capability's tenant."""
 
-    Self-approval is checked first: the requester deciding its own request is
-    `self_approval` whatever else it holds. Then the decider must be in the
-    capability's tenant (`tenant_mismatch`) and hold `registry:admin`
-    (`insufficient_scope`); those two carry their own HTTP codes.
-    """
-    if decider.principal == requester_principal:
-        return Refusal(reason=SELF_APPROVAL, message="the requester cannot decide its own request")
-    if decider.tenant != capability_tenant:
-        return Refusal(
-            reason="tenant_mismatch", message="approvals are decided in the capability's tenant", code="tenant_mismatch"
-        )
-    if not decider.holds(REGISTRY_ADMIN_SCOPE):
-        return Refusal(
-            reason="insufficient_scope", message=f"deciding approvals needs {REGISTRY_ADMIN_SCOPE}", code="insufficient_scope"
-        )
+    requester: str
+    tenant: str
+
+
+def check_approval_reader(caller: Caller, approval: ApprovalParties | None) -> Refusal | None:
+    """Reading an approval: its requester, or `registry:admin` of the capability's tenant; anyone
+    else (and a missing approval) is `not_found`."""
+    if approval is None or not (
+        caller.principal == approval.requester or (caller.tenant == approval.tenant and caller.holds(REGISTRY_ADMIN_SCOPE))
+    ):
+        return not_found("approval")
     return None
+
+
+def check_approval_decider(caller: Caller, approval: ApprovalParties | None) -> Refusal | None:
+    """Whether `caller` may approve or deny a pending request.
+
+    An approval is invisible (`not_found`) to all but its requester and the capability's tenant.
+    Then self-approval: the requester deciding its own request is `self_approval` whatever else it
+    holds. Anyone else left is in the capability's tenant and must hold `registry:admin`
+    (`insufficient_scope`).
+    """
+    if approval is None or (caller.principal != approval.requester and caller.tenant != approval.tenant):
+        return not_found("approval")
+    if caller.principal == approval.requester:
+        return delegation_denied(reason=SELF_APPROVAL, message="the requester cannot decide its own request")
+    return check_scope(caller, REGISTRY_ADMIN_SCOPE)
+
+
+# ---------------------------------------------------------------------------
+# Revocation and introspection (docs/api.md#tickets)
+
+
+class TicketParties(msgspec.Struct, frozen=True, kw_only=True):
+    """Who a stored ticket concerns: its capability's tenant and the minter (`tenant/sub`, and its tenant)."""
+
+    tenant: str
+    actor: str
+    actor_tenant: str
+
+
+def check_revoke(caller: Caller, ticket: TicketParties | None) -> Refusal | None:
+    """Revoking a ticket (and its descendants): its minter, or `registry:admin` of the capability's tenant.
+
+    Tickets are seen by their capability's tenant and by the minter's tenant; others learn nothing
+    (`not_found`). In the capability's tenant, a caller without the scope is `insufficient_scope`;
+    in the minter's tenant, another principal is `tenant_mismatch`.
+    """
+    if ticket is None:
+        return not_found("ticket")
+    if caller.principal == ticket.actor or (caller.tenant == ticket.tenant and caller.holds(REGISTRY_ADMIN_SCOPE)):
+        return None
+    if caller.tenant not in (ticket.tenant, ticket.actor_tenant):
+        return not_found("ticket")
+    if caller.tenant == ticket.tenant:
+        return missing_scope(REGISTRY_ADMIN_SCOPE)
+    return tenant_mismatch("only the minter or an admin of the capability's tenant may revoke it")
+
+
+def check_introspect(caller: Caller, *, audience: str, capability_tenant: str) -> Refusal | None:
+    """Introspecting a verified ticket: callers of the audience's tenant, or auditors (`audit:read`) of
+    the capability's tenant. A refusal answers `{"active": false}`, as for an invalid ticket."""
+    if caller.tenant == audience.partition("/")[0]:
+        return None
+    if caller.tenant == capability_tenant and caller.holds("audit:read"):
+        return None
+    return not_found("ticket")
+
+
+def parent_invalid(message: str) -> Refusal:
+    """A parent ticket that cannot be delegated from (`parent_invalid`)."""
+    return delegation_denied(reason=PARENT_INVALID, message=message)
+
+
+PARENT_UNKNOWN = parent_invalid("the parent ticket is unknown to this registry")
+
+
+def check_parent_standing(*, active: bool, chain_revoked: bool, capability_status: str) -> Refusal | None:
+    """A verified, stored parent ticket must be active (db/tickets.py ACTIVE, the one definition);
+    the refusal says why it is not."""
+    if active:
+        return None
+    if chain_revoked:
+        return parent_invalid("the parent ticket or one of its ancestors was revoked")
+    if capability_status == "retired":
+        return parent_invalid("the parent ticket's capability version is retired")
+    return parent_invalid("the parent ticket or one of its ancestors has expired")

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import asyncpg
 import msgspec
 
-from registry.audit import GENESIS_HASH, AuditEvent, AuditRecord, event_hash
+from db.audit_events import GENESIS_HASH, AuditEvent, AuditRecord, event_hash
 
 AUDIT_COLUMNS = (
     "seq, at, tenant, actor_tenant, type, actor, on_behalf_of, ref, scopes, outcome, reason, trace_id, prev_hash, hash, "

@@ -8,23 +8,12 @@ from typing import Literal
 
 import asyncpg
 
+from db.tickets import ACTIVE
+
 GRANT_COLUMNS = (
     "t.jti, t.parent_jti, t.ref, t.audience, t.actor, t.on_behalf_of, t.scopes, t.resources, t.depth, "
     "t.max_depth, t.issued_at, t.expires_at, t.act"
 )
-
-# Live: unexpired, unrevoked, capability version not retired, and no ancestor revoked or expired.
-# (Revocation also revokes descendants; the ancestor walk keeps the report right even if a child was
-# minted past that, and costs at most maxDepth lookups by primary key.)
-LIVE = """(t.revoked_at IS NULL AND t.expires_at > now() AND cv.status <> 'retired'
-           AND NOT EXISTS (
-               WITH RECURSIVE ancestors AS (
-                   SELECT p.jti, p.parent_jti, p.revoked_at, p.expires_at FROM tickets p WHERE p.jti = t.parent_jti
-                   UNION ALL
-                   SELECT p.jti, p.parent_jti, p.revoked_at, p.expires_at
-                     FROM tickets p JOIN ancestors a ON p.jti = a.parent_jti
-               )
-               SELECT 1 FROM ancestors WHERE revoked_at IS NOT NULL OR expires_at <= now()))"""
 
 _ORDER_KEYS = {"issued": "t.issued_at", "expiry": "t.expires_at"}
 
@@ -55,7 +44,7 @@ async def tenant_grants(
 
     filters = ["(t.tenant = $1 OR t.actor_tenant = $1)"]
     if active is not None:
-        filters.append(LIVE if active else f"NOT {LIVE}")
+        filters.append(ACTIVE if active else f"NOT {ACTIVE}")
     if actor is not None:
         filters.append(f"t.actor = {bind(actor)}" if "/" in actor else f"split_part(t.actor, '/', 2) = {bind(actor)}")
     if skill is not None:
@@ -66,7 +55,7 @@ async def tenant_grants(
     if after is not None:
         filters.append(f"({key}, t.jti) > ({bind(after[0])}, {bind(after[1])})")
     return await conn.fetch(
-        f"""SELECT {GRANT_COLUMNS}, {LIVE} AS active
+        f"""SELECT {GRANT_COLUMNS}, {ACTIVE} AS active
               FROM tickets t
               JOIN capability_versions cv ON cv.tenant = t.tenant AND cv.agent_id = t.agent_id
                                          AND cv.skill_id = t.skill_id AND cv.version = t.version

@@ -13,7 +13,7 @@ heads are locked last, once per batch, always in the same order, so batches cann
 them; the change feed's rows go in with one multi-row statement per batch.
 
 One request can never fail another. A write fails inside its own savepoint. Audit events cannot
-carry text PostgreSQL would refuse (registry.audit escapes it when an event is built, so a refusal
+carry text PostgreSQL would refuse (db.audit_events escapes it when an event is built, so a refusal
 caused by such a value is still recorded). Should the batch fail all the same after its writes (a
 deadlock on the writes' own locks, a head append, the commit, the shared insert of single-row
 writes), nothing of it was acknowledged: each request is then run again alone, in its own
@@ -32,8 +32,8 @@ from typing import Any, TypeVar
 import asyncpg
 
 from db.audit import append_events
+from db.audit_events import AuditEvent
 from db.changes import record_changes
-from registry.audit import AuditEvent
 
 log = logging.getLogger("capreg.db")
 

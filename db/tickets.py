@@ -13,9 +13,22 @@ TICKET_COLUMNS = (
     "t.revoked_at, t.act, t.kid"
 )
 
-# Active: unexpired, unrevoked, its capability version not retired, and no ancestor revoked (revoking
-# also revokes descendants under a tree lock; the walk is a guard, at most maxDepth primary-key hits).
-# The same rule as the grant report (db/grants.py) and introspection (ticket_state).
+# The one definition of an active ticket (docs/api.md#ticket-claims), over `tickets t` joined with its
+# `capability_versions cv`: unexpired, unrevoked, its capability version not retired, and no ancestor
+# revoked or expired. The grant report filters on it (db/grants.py); `ticket_state` answers it as
+# `active`, which introspection and re-delegation read. (Revoking also revokes descendants under a
+# tree lock; the ancestor walk is a guard, at most maxDepth primary-key lookups.)
+ACTIVE = """(t.revoked_at IS NULL AND t.expires_at > now() AND cv.status <> 'retired'
+           AND NOT EXISTS (
+               WITH RECURSIVE ancestors AS (
+                   SELECT p.jti, p.parent_jti, p.revoked_at, p.expires_at FROM tickets p WHERE p.jti = t.parent_jti
+                   UNION ALL
+                   SELECT p.jti, p.parent_jti, p.revoked_at, p.expires_at
+                     FROM tickets p JOIN ancestors a ON p.jti = a.parent_jti
+               )
+               SELECT 1 FROM ancestors WHERE revoked_at IS NOT NULL OR expires_at <= now()))"""
+
+
 async def insert_ticket(conn: asyncpg.Connection, row: dict[str, Any]) -> None:
     columns = list(row)
     placeholders = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
@@ -27,14 +40,15 @@ async def get_ticket(conn: asyncpg.Connection | asyncpg.Pool, jti: str) -> async
 
 
 async def ticket_state(conn: asyncpg.Connection | asyncpg.Pool, jti: str) -> asyncpg.Record | None:
-    """A ticket's row with `chain_revoked` (it or any ancestor revoked) and `capability_status`."""
+    """A ticket's row with `active` (ACTIVE), and why it may not be: `chain_revoked` (it or any
+    ancestor revoked) and `capability_status`."""
     return await conn.fetchrow(
         f"""WITH RECURSIVE chain AS (
                 SELECT jti, parent_jti, revoked_at FROM tickets WHERE jti = $1
                 UNION ALL
                 SELECT p.jti, p.parent_jti, p.revoked_at FROM tickets p JOIN chain c ON p.jti = c.parent_jti
             )
-            SELECT {TICKET_COLUMNS}, cv.status AS capability_status,
+            SELECT {TICKET_COLUMNS}, cv.status AS capability_status, {ACTIVE} AS active,
                    (SELECT bool_or(revoked_at IS NOT NULL) FROM chain) AS chain_revoked
               FROM tickets t
               JOIN capability_versions cv ON cv.tenant = t.tenant AND cv.agent_id = t.agent_id

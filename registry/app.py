@@ -20,8 +20,9 @@ from db.migrate import apply_migrations
 from db.pool import create_pool
 from registry.config import Settings, load_settings
 from registry.problems import handle_exception
-from registry.routes import agents, audit, console, details, discovery, lifecycle, mcp, ops, tickets
-from registry.service import ChangeWatcher, Registry
+from registry.routes import agents, approvals, audit, console, discovery, mcp, ops, release, tickets, versions
+from registry.change_watcher import ChangeWatcher
+from registry.state import Registry
 from registry.observability import RequestMetrics, observability_middleware
 from registry.bounded_work import bounded_work
 from registry.housekeeping import run_housekeeping
@@ -82,7 +83,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
 
     return Litestar(
         route_handlers=[
-            *agents.ROUTES, *discovery.ROUTES, *details.ROUTES, *lifecycle.ROUTES, *tickets.ROUTES,
+            *agents.ROUTES, *discovery.ROUTES, *release.ROUTES, *versions.ROUTES, *tickets.ROUTES, *approvals.ROUTES,
             *audit.ROUTES, *ops.ROUTES, *mcp.ROUTES, serve_metrics,
             *console.ROUTES,  # the security console and the offline /schema assets
         ],

@@ -19,7 +19,8 @@ import msgspec
 
 from db import audit as audit_queries
 from db import checkpoints as checkpoint_queries
-from registry.audit import GENESIS_HASH, ChainBreak, ChainVerifier
+from db.audit_events import GENESIS_HASH
+from registry.audit import ChainBreak, ChainVerifier
 from registry.checkpoints import (
     CHECKPOINT_TYP,
     Checkpoint,

@@ -29,12 +29,13 @@ from registry.records import (
     CapabilityVersion,
     PublicCapability,
     Slo,
+    capability_ref,
 )
 from registry.response_cache import CachedResponse, expiry
 from registry.wire import Wire
 
 if TYPE_CHECKING:
-    from registry.service import Registry
+    from registry.state import Registry
 
 MAX_LIMIT = 200
 DEFAULT_LIMIT = 50
@@ -62,10 +63,6 @@ class AgentView(Wire):
     live_instances: int
     skills: list[PublicCapability]
     updated_at: object
-
-
-def capability_ref(tenant: str, agent_id: str, skill_id: str, version: str) -> str:
-    return f"{tenant}/{agent_id}/{skill_id}@{version}"
 
 
 class RefParts(msgspec.Struct, frozen=True):

@@ -6,7 +6,7 @@ Stateless: no `Mcp-Session-Id` is issued and nothing is kept between requests, s
 answers any request. Every request is answered with one JSON body (no SSE streams; GET is 405).
 
 The tools call the services the HTTP API calls (registry.discovery.discovery_page,
-registry.release_service.release, registry.delegation.request_ticket), for the caller the HTTP
+registry.release.release, registry.tickets.request_ticket), for the caller the HTTP
 request authenticated; a refusal is a tool result with `isError: true` whose structured content is
 the problem body the HTTP API would have answered. Malformed JSON-RPC is a JSON-RPC error; a call
 of an unknown tool is an `invalid params` error; arguments that do not fit a tool's input schema are
@@ -22,14 +22,15 @@ import asyncpg
 import msgspec
 
 from auth.principal import Caller
-from registry import release_service
-from registry.delegation import (
+from registry import release
+from registry.refusals import refuse
+from registry.tickets import DENIED as TICKET_DENIED
+from registry.tickets import (
     IDEMPOTENCY_KEY_MAX_LENGTH,
     OnBehalfOf,
     RequestedResources,
     RequestedScopes,
     TicketRequestBody,
-    refuse,
     request_ticket,
 )
 from registry.discovery import (
@@ -45,7 +46,7 @@ from registry.discovery import (
 )
 from registry.problems import ErrorItem, ProblemError, decode_error_item, invalid_request, invalid_token, problem_of
 from registry.records import SideEffect
-from registry.service import Registry
+from registry.state import Registry
 from registry.wire import Wire
 
 # Newest first. Streamable HTTP exists since 2025-03-26; a client asking for another revision is
@@ -171,10 +172,10 @@ async def search_capabilities(call: Call, args: SearchArguments) -> ToolResult:
     return ToolResult(msgspec.json.decode(entry.body))
 
 
-async def _release(call: Call, ref: str) -> release_service.Released:
+async def _release(call: Call, ref: str) -> release.Released:
     caller = _authenticated(call)
     parts = parse_capability_ref(ref)
-    return await release_service.release(
+    return await release.release(
         call.registry, caller, tenant=parts.tenant, agent_id=parts.agent_id, skill_id=parts.skill_id,
         version=parts.version, trace_id=call.trace_id,
     )
@@ -182,12 +183,12 @@ async def _release(call: Call, ref: str) -> release_service.Released:
 
 async def get_capability(call: Call, args: CapabilityArguments) -> ToolResult:
     released = await _release(call, args.ref)
-    return ToolResult(msgspec.to_builtins(release_service.detail_of(released)))
+    return ToolResult(msgspec.to_builtins(release.detail_of(released)))
 
 
 async def get_tool_definition(call: Call, args: ToolDefinitionArguments) -> ToolResult:
     released = await _release(call, args.ref)
-    return ToolResult(release_service.tool_definition(released, args.format))
+    return ToolResult(release.tool_definition(released, args.format))
 
 
 async def request_ticket_tool(call: Call, args: TicketArguments) -> ToolResult:
@@ -201,9 +202,9 @@ async def request_ticket_tool(call: Call, args: TicketArguments) -> ToolResult:
         }, TicketRequestBody)
     except msgspec.ValidationError as exc:
         error = invalid_request("the ticket request is malformed", [decode_error_item(exc)])
-        raise await refuse(call.registry, error, caller=caller, trace_id=call.trace_id) from None
+        raise await refuse(call.registry, caller, error, event_type=TICKET_DENIED, tenant=None, trace_id=call.trace_id) from None
     except ProblemError as error:
-        raise await refuse(call.registry, error, caller=caller, trace_id=call.trace_id) from None
+        raise await refuse(call.registry, caller, error, event_type=TICKET_DENIED, tenant=None, trace_id=call.trace_id) from None
     answer = await request_ticket(call.registry, caller, body, idempotency_key=args.idempotency_key,
                                   trace_id=call.trace_id)
     if answer.body.get("status") == "pending":
@@ -360,8 +361,8 @@ async def call_tool(call: Call, tool: Tool, arguments: dict[str, Any]) -> dict[s
                 raise invalid_request(f"the arguments do not fit {tool.name}'s input schema", [decode_error_item(exc)]) from None
         except ProblemError as error:
             if tool.malformed_event is not None and call.caller is not None:
-                raise await refuse(call.registry, error, caller=call.caller, trace_id=call.trace_id,
-                                   event_type=tool.malformed_event) from None
+                raise await refuse(call.registry, call.caller, error, event_type=tool.malformed_event, tenant=None,
+                                   trace_id=call.trace_id) from None
             raise
         result = await tool.run(call, args)
     except ProblemError as error:

@@ -1,5 +1,6 @@
 """Errors: one exception type carrying a code of docs/api.md#error-codes, and the one place that maps every exception
-(ours, litestar's, asyncpg's) to an `application/problem+json` response.
+(ours, litestar's, asyncpg's) and every policy refusal (auth.policy.Refusal) to an
+`application/problem+json` response.
 
 No request ever gets a stack trace: unexpected exceptions are logged and answered with a generic 500.
 """
@@ -15,6 +16,7 @@ import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
+from auth.policy import Refusal
 from registry.json_pointer import escape_token
 from registry.tracing import new_trace_id, trace_id_from
 from registry.wire import Wire
@@ -86,16 +88,27 @@ def invalid_token(detail: str) -> ProblemError:
     )
 
 
-def insufficient_scope(scope: str) -> ProblemError:
+# The HTTP status of each refusal code of auth.policy (docs/api.md#error-codes); the only place it is said.
+REFUSAL_STATUS = {
+    "not_found": 404,
+    "retired": 410,
+    "insufficient_scope": 403,
+    "tenant_mismatch": 403,
+    "data_location_denied": 403,
+    "delegation_denied": 403,
+}
+
+
+def refused(refusal: Refusal) -> ProblemError:
+    """The problem for a policy refusal. `insufficient_scope` always carries `WWW-Authenticate` naming
+    the missing scopes (RFC 6750), whichever decision refused."""
+    headers = None
+    if refusal.code == "insufficient_scope":
+        headers = {"WWW-Authenticate": f'Bearer error="insufficient_scope", scope="{" ".join(refusal.missing_scopes)}"'}
     return ProblemError(
-        403, "insufficient_scope", f"this operation needs the scope {scope}",
-        missing_scopes=[scope],
-        headers={"WWW-Authenticate": f'Bearer error="insufficient_scope", scope="{scope}"'},
+        REFUSAL_STATUS[refusal.code], refusal.code, refusal.message, headers=headers,
+        missing_scopes=list(refusal.missing_scopes) or None, reason=refusal.reason,
     )
-
-
-def tenant_mismatch() -> ProblemError:
-    return ProblemError(403, "tenant_mismatch", "the path names a tenant other than the caller's")
 
 
 _KEY_PART = re.compile(r"\[(\d+)\]|\.?([^.\[\]]+)")

@@ -23,6 +23,7 @@ from collections.abc import Callable, Hashable, Sequence
 
 from litestar.types import ASGIApp, Receive, Scope, Send
 
+from registry.authentication import caller_of_header
 from registry.problems import ProblemError, send_problem
 
 # Probes and scrapes must keep working for whoever is being limited.
@@ -109,8 +110,8 @@ def rate_limit_middleware(
             registry = scope["app"].state.registry
             header = next((v for k, v in scope["headers"] if k == b"authorization"), None)
             try:
-                caller = await registry.authenticate(
-                    header.decode("latin-1") if header is not None else None, scope.setdefault("state", {})
+                caller = await caller_of_header(
+                    registry, header.decode("latin-1") if header is not None else None, scope.setdefault("state", {})
                 )
             except ProblemError:
                 caller = None  # the handler answers 401; until then the address is all we know

@@ -24,6 +24,17 @@ def approval_required(side_effect: str | None, explicit: bool | None) -> bool:
 Status = Literal["active", "deprecated", "retired"]
 
 
+def agent_ref(tenant: str, agent_id: str) -> str:
+    """The one spelling of an agent reference, `tenant/agentId` (a ticket's audience)."""
+    return f"{tenant}/{agent_id}"
+
+
+def capability_ref(tenant: str, agent_id: str, skill_id: str, version: str) -> str:
+    """The one spelling of a capability reference, `tenant/agentId/skillId@version` (`version` may
+    be a request as written: `latest` or a range)."""
+    return f"{agent_ref(tenant, agent_id)}/{skill_id}@{version}"
+
+
 AgentId = Annotated[str, msgspec.Meta(pattern=AGENT_ID_PATTERN)]
 SKILL_ID_MAX_LENGTH = 128
 SkillId = Annotated[str, msgspec.Meta(pattern=SKILL_ID_PATTERN, max_length=SKILL_ID_MAX_LENGTH)]
@@ -131,7 +142,7 @@ class CapabilityVersion(Wire):
 
     @property
     def ref(self) -> str:
-        return f"{self.tenant}/{self.agent_id}/{self.id}@{self.version}"
+        return capability_ref(self.tenant, self.agent_id, self.id, self.version)
 
 
 class PublicCapability(Wire):

@@ -16,11 +16,13 @@ from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
 from db.group_commit import WriteScope
-from registry.audit import AuditEvent
+from db.audit_events import AuditEvent
 from registry.bounded_work import WorkFailed, WorkTimedOut, run_bounded
 from registry.cards import a2a_card_dict, normalize_registration
 from registry.problems import ErrorItem, ProblemError, invalid_request
-from registry.records import SIDE_EFFECT_ORDER, AgentRegistration, SkillRegistration, approval_required
+from registry.records import (
+    SIDE_EFFECT_ORDER, AgentRegistration, SkillRegistration, agent_ref, approval_required, capability_ref,
+)
 from registry.compatibility import BreakingChange, check_compatibility
 from registry.schema_guard import SchemaRejected, compile_schema
 from registry.versions import InvalidVersion, Version, publish_verdict
@@ -304,7 +306,7 @@ async def apply_registration(
         "card": prepared.card,
         "card_hash": prepared.card_hash,
     }
-    agent_ref = f"{tenant}/{agent_id}"
+    ref_of_agent = agent_ref(tenant, agent_id)
 
     def event(type_: str, ref: str, scopes: list[str] | None = None) -> AuditEvent:
         return AuditEvent(
@@ -325,8 +327,8 @@ async def apply_registration(
     elif agent_changed:
         await agent_queries.update_agent(conn, tenant, agent_id, fields)
     if agent_changed:
-        scope.audit(event("agent.registered", agent_ref))
-        scope.change("agent.registered", tenant, agent_id, agent_ref)
+        scope.audit(event("agent.registered", ref_of_agent))
+        scope.change("agent.registered", tenant, agent_id, ref_of_agent)
 
     hashes = await capability_queries.content_hashes(conn, tenant, agent_id)
     conflicts: list[ErrorItem] = []
@@ -364,7 +366,7 @@ async def apply_registration(
             )
     await capability_queries.insert_versions(conn, [_version_row(tenant, agent_id, skill) for skill in new_skills])
     for skill in new_skills:
-        ref = f"{agent_ref}/{skill.skill.id}@{skill.skill.version}"
+        ref = capability_ref(tenant, agent_id, skill.skill.id, skill.skill.version)
         scope.audit(event("version.published", ref, sorted(set(skill.skill.scopes))))
         scope.change("version.published", tenant, agent_id, ref)
     if prepared.body_hash is not None:

@@ -1,8 +1,11 @@
-"""Detail release (docs/api.md#detail-release): which version a request names, what a caller who passed the
-checks receives, and the audit events that record every release and refusal.
+"""Detail release (docs/api.md#detail-release), the service: resolve the version a caller asks for,
+run the checks in order (auth.policy.decide_release), audit the outcome, then hand back what was
+released. The HTTP routes (registry.routes.release) and the MCP tools (registry.mcp_server) both call
+`release`, so a capability is released, refused and audited the same way whichever door the caller
+came through.
 
-Pure functions over stored rows and `CapabilityVersion`s: no I/O and no clock (callers pass `now`).
-The checks themselves are `auth.policy.decide_release`; this module only resolves and shapes.
+The version choice, shapes and events below are pure functions over stored rows and
+`CapabilityVersion`s: no I/O and no clock (callers pass `now`); only `release` reads and writes.
 
 Decisions docs/api.md#version-selection and #release-audit record:
 - `latest` is the version discovery shows as latest: the newest in-force release, or the newest
@@ -18,26 +21,30 @@ Decisions docs/api.md#version-selection and #release-audit record:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timezone
+from typing import Any, Literal
 
 import msgspec
 
-from auth.policy import Decision
+from auth.policy import NOT_FOUND, CapabilityGate, Refusal, can_see, decide_release, not_found
 from auth.principal import Caller
+from db import agents as agent_queries
+from db import capabilities as capability_queries
 from registry.tracing import current_request_id
-from registry.audit import AuditEvent
-from registry.cards import CAPREG_EXTENSION_URI, public_agent_card
-from registry.problems import ProblemError
-from registry.records import CapabilityVersion, JsonSchema, PublicCapability
-from registry.versions import InvalidVersion, Version, parse_range, resolve
+from db.audit_events import AuditEvent
+from registry.cards import CAPREG_EXTENSION_URI, extended_agent_card, mcp_tool, openai_tool, public_agent_card
+from registry.discovery import capability_version, public_capability
+from registry.problems import ErrorItem, invalid_request, refused
+from registry.records import CapabilityVersion, JsonSchema, PublicCapability, agent_ref, capability_ref
+from registry.refusals import refuse
+from registry.state import Registry
+from registry.skill_records import skill_record
+from registry.versions import InvalidRange, InvalidVersion, Version, parse_range, resolve
 from registry.wire import Wire
 
 RELEASED = "detail.released"
 DENIED = "detail.denied"
 LATEST = "latest"
-# One answer for every "no such capability version", whichever part is missing or invisible.
-NOT_FOUND_DETAIL = "no such capability version"
 
 
 class VersionRequest(msgspec.Struct, frozen=True):
@@ -87,11 +94,6 @@ def choose_version(
         return None
     # resolve() answers one of the candidates itself; identity tells apart equal-precedence builds.
     return next(c for v, c in parsed if v is chosen)
-
-
-def requested_ref(tenant: str, agent_id: str, skill_id: str, version: str) -> str:
-    """The audit ref of a request that did not resolve to a version the caller may see."""
-    return f"{tenant}/{agent_id}/{skill_id}@{version}"
 
 
 # --- What is released ----------------------------------------------------------------------------
@@ -183,48 +185,135 @@ def withheld_extended_card(card: dict[str, Any], *, base_url: str) -> dict[str, 
 # --- Refusals and audit --------------------------------------------------------------------------
 
 
-def refusal(decision: Decision, *, ref: str | None = None) -> ProblemError:
-    """The problem response for a refused release (`decision.allowed` is False)."""
-    if decision.code == "not_found":
-        return ProblemError(404, "not_found", NOT_FOUND_DETAIL)
-    if decision.code == "retired":
-        return ProblemError(410, "retired", f"{ref} is retired")
-    if decision.code == "insufficient_scope":
-        missing = list(decision.missing_scopes)
-        return ProblemError(
-            403, "insufficient_scope", f"releasing this capability needs the scopes: {' '.join(missing)}",
-            missing_scopes=missing,
-            headers={"WWW-Authenticate": f'Bearer error="insufficient_scope", scope="{" ".join(missing)}"'},
-        )
-    return ProblemError(
-        403, "data_location_denied",
-        "this capability's data stays in regions your token's `regions` claim does not include",
-    )
-
-
 def release_event(
     caller: Caller,
     *,
     tenant: str,
     ref: str,
-    decision: Decision,
+    refusal: Refusal | None,
     scopes: Sequence[str] = (),
     trace_id: str | None = None,
 ) -> AuditEvent:
-    """`detail.released` (allowed) or `detail.denied` with the error code as `reason`.
+    """`detail.released` (no refusal) or `detail.denied` with the refusal's code as `reason`.
 
     `scopes` are the capability's required scopes (what was checked), when it was resolved.
     """
     return AuditEvent(
-        type=RELEASED if decision.allowed else DENIED,
-        outcome="allowed" if decision.allowed else "denied",
+        type=DENIED if refusal else RELEASED,
+        outcome="denied" if refusal else "allowed",
         tenant=tenant,
         actor_tenant=caller.tenant,
         actor=caller.sub,
         actor_issuer=caller.issuer,
         ref=ref,
         scopes=list(scopes),
-        reason=decision.code,
+        reason=refusal.code if refusal else None,
         trace_id=trace_id,
         request_id=current_request_id(),
     )
+
+
+
+# --- The service ---------------------------------------------------------------------------------
+
+ToolFormat = Literal["openai", "mcp"]
+
+
+class Released(msgspec.Struct, frozen=True):
+    """A capability version the caller may see (and, once `release` returns it, passed the checks
+    for), with the rows it came from."""
+
+    cap: CapabilityVersion
+    row: Any
+    agent: Any
+    instances: Any
+
+    def gate(self) -> CapabilityGate:
+        """What policy decides on: the version's fields with its agent's visibility and sharing."""
+        return CapabilityGate.of(self.cap, visibility=self.agent["visibility"], shared_with=self.agent["shared_with"])
+
+
+async def visible_version(
+    registry: Registry, caller: Caller, tenant: str, agent_id: str, skill_id: str, wanted: VersionRequest
+) -> Released | None:
+    """The one resolution of the version a request names (docs/api.md#version-selection), for detail,
+    tools, validation and tickets alike: the agent must be one the caller may see, then
+    `choose_version` picks among the skill's versions. None is "no such capability version"
+    (missing or invisible, indistinguishable). What may then be done with it is policy's
+    (`decide_release`, `decide_ticket_target`)."""
+    skill = await skill_record(registry, tenant, agent_id, skill_id)
+    agent = skill.agent
+    if agent is None or not can_see(caller, tenant=tenant, visibility=agent["visibility"], shared_with=agent["shared_with"]):
+        return None
+    chosen = choose_version([cap for cap, _ in skill.versions], wanted, now=datetime.now(timezone.utc))
+    if chosen is None:
+        return None
+    row = next(row for cap, row in skill.versions if cap is chosen)
+    return Released(cap=chosen, row=row, agent=agent, instances=skill.instances)
+
+
+async def release(
+    registry: Registry, caller: Caller, *, tenant: str, agent_id: str, skill_id: str, version: str,
+    trace_id: str | None,
+) -> Released:
+    """Resolve `version` and run the checks in the documented order (README, "Detail release");
+    audit the outcome, then answer or raise the refusal.
+
+    A malformed range is 400 before anything is looked up (it says nothing about any record).
+    """
+    try:
+        wanted = parse_version_request(version)
+    except InvalidRange as exc:
+        raise invalid_request("not a version, `latest` or a version range", [ErrorItem(path="version", message=str(exc))]) from None
+    ref = capability_ref(tenant, agent_id, skill_id, version)  # as requested: nothing resolved yet
+
+    def denied(refusal: Refusal, *, ref: str, scopes: Sequence[str] = ()):
+        return refuse(registry, caller, refused(refusal), event_type=DENIED, tenant=tenant, ref=ref, scopes=list(scopes),
+                      trace_id=trace_id)
+
+    found = await visible_version(registry, caller, tenant, agent_id, skill_id, wanted)
+    if found is None:
+        raise await denied(NOT_FOUND, ref=ref)
+    refusal = decide_release(caller, found.gate(), exact_version=wanted.exact)
+    if refusal is not None:
+        raise await denied(refusal, ref=found.cap.ref, scopes=found.cap.scopes)
+    event = release_event(caller, tenant=tenant, ref=found.cap.ref, refusal=None, scopes=found.cap.scopes, trace_id=trace_id)
+    await registry.writes.record([event])
+    return found
+
+
+def detail_of(released: Released) -> CapabilityDetail:
+    """The capability detail: public fields, schemas, examples and endpoints."""
+    return capability_detail(
+        public_capability(released.row), released.cap, endpoints(released.agent["card"], released.instances)
+    )
+
+
+def tool_definition(released: Released, format: ToolFormat) -> dict[str, Any]:  # noqa: A002
+    """The released capability as an OpenAI function-calling tool or an MCP tool definition."""
+    return openai_tool(released.cap) if format == "openai" else mcp_tool(released.cap)
+
+
+async def extended_card(
+    registry: Registry, caller: Caller, *, tenant: str, agent_id: str, base_url: str, trace_id: str | None
+) -> dict[str, Any]:
+    """The A2A extended agent card: the latest in-force version of each skill whose checks the caller
+    passes (each check audited), or the withheld card when none passes; 404 for an invisible agent."""
+    agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
+    if agent is None or not can_see(
+        caller, tenant=agent["tenant"], visibility=agent["visibility"], shared_with=agent["shared_with"]
+    ):
+        raise await refuse(registry, caller, refused(not_found("agent")), event_type=DENIED, tenant=tenant,
+                           ref=agent_ref(tenant, agent_id), trace_id=trace_id)
+    rows = await capability_queries.latest_per_skill(registry.pool, tenant, agent_id, detail=True)
+    passed, events = [], []
+    for cap in (capability_version(row) for row in rows):
+        gate = CapabilityGate.of(cap, visibility=agent["visibility"], shared_with=agent["shared_with"])
+        refusal = decide_release(caller, gate, exact_version=False)
+        events.append(release_event(caller, tenant=tenant, ref=cap.ref, refusal=refusal, scopes=cap.scopes, trace_id=trace_id))
+        if refusal is None:
+            passed.append(cap)
+    await registry.writes.record(events)
+    if not passed:
+        return withheld_extended_card(agent["card"], base_url=base_url)
+    return extended_agent_card(agent["card"], passed, base_url=base_url)

@@ -22,11 +22,12 @@ from litestar.di import Provide
 from litestar.params import JSONBody
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from registry.audit import AuditEvent
+from registry.authentication import optional_caller
 from registry.problems import ErrorItem, ProblemError, decode_error_item, invalid_request, send_problem
 from registry.records import TENANT_PATTERN
-from registry.storable import escaped, unstorable, unstorable_pointer
-from registry.tracing import current_request_id
+from registry.refusals import refuse
+from db.unstorable import escaped, unstorable
+from registry.storable import unstorable_pointer
 
 T = TypeVar("T")
 
@@ -53,20 +54,16 @@ async def refuse_unstorable(request: Request, item: ErrorItem) -> ProblemError:
     error = invalid_request("the request contains a value that cannot be stored", [item])
     registry = request.app.state.registry
     try:
-        caller = await registry.caller(request)
+        caller = await optional_caller(request)
     except ProblemError:
         caller = None
-    if caller is not None:
-        path = request.scope["path"]
-        tenant = match.group(1) if (match := _TENANT_IN_PATH.match(path)) and _TENANT.match(match.group(1)) else None
-        state = request.scope.get("state", {})
-        await registry.writes.record([AuditEvent(
-            type=REFUSED, outcome="denied", tenant=tenant, actor_tenant=caller.tenant, actor=caller.sub,
-            actor_issuer=caller.issuer, ref=escaped(f"{request.method} {path}")[:1024],
-            reason=f"invalid_request: {escaped(item.path)}"[:512], trace_id=state.get("trace_id"),
-            request_id=current_request_id(),
-        )])
-    error.audited = True  # type: ignore[attr-defined]  # registry.delegation.refuse must not record it again
+    path = request.scope["path"]
+    tenant = match.group(1) if (match := _TENANT_IN_PATH.match(path)) and _TENANT.match(match.group(1)) else None
+    error = await refuse(
+        registry, caller, error, event_type=REFUSED, tenant=tenant, ref=escaped(f"{request.method} {path}")[:1024],
+        reason=f"invalid_request: {escaped(item.path)}"[:512], trace_id=request.scope.get("state", {}).get("trace_id"),
+    )
+    error.audited = True  # type: ignore[attr-defined]  # anonymous: nothing to record, nor later
     return error
 
 

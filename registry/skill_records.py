@@ -14,7 +14,7 @@ from db import capabilities as capability_queries
 from registry.discovery import capability_version
 from registry.records import CapabilityVersion
 from registry.response_cache import CachedResponse, expiry
-from registry.service import Registry
+from registry.state import Registry
 
 
 class SkillRecord(msgspec.Struct, frozen=True):

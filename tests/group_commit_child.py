@@ -12,7 +12,7 @@ import sys
 
 from db.group_commit import GroupCommit
 from db.pool import create_pool
-from registry.audit import AuditEvent
+from db.audit_events import AuditEvent
 
 
 def say(line: str) -> None:

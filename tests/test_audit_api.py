@@ -15,7 +15,7 @@ import msgspec
 import pytest
 
 from db.audit import append_events, hash_at
-from registry.audit import AuditEvent, AuditRecord, record_hash
+from db.audit_events import AuditEvent, AuditRecord, record_hash
 from registry.checkpoints import Checkpoint, CheckpointInvalid, jwks_keys, verify_checkpoint
 from tests.audit_support import capreg_cli
 from tests.conftest import example

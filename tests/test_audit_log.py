@@ -8,7 +8,8 @@ import asyncpg
 import pytest
 
 from db.audit import append_events, iter_all
-from registry.audit import AuditEvent, ChainVerifier
+from db.audit_events import AuditEvent
+from registry.audit import ChainVerifier
 from tests.conftest import example
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from db.audit import append_events
 from db.pool import connect
-from registry.audit import AuditEvent, event_hash
+from db.audit_events import AuditEvent, event_hash
 from registry.audit_chain import verify_stored_chain
 from tests.audit_support import capreg_cli, fresh_database
 

@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 from db.group_commit import GroupCommit
-from registry.audit import AuditEvent
+from db.audit_events import AuditEvent
 from tests.conftest import ROOT
 
 

@@ -97,7 +97,7 @@ async def test_a_ticket_signed_by_a_key_this_process_has_not_loaded_yet_verifies
     await register_finance(client, mint, tenant)
     ticket = await client.post("/v1/tickets", headers=mint(tenant, "router", "invoice:read"), json=ticket_body(tenant))
     claims = msgspec.convert(unverified(ticket.json()["ticket"])[1], TicketClaims)
-    # As if the rotation's notification had not arrived yet (registry.service.ChangeWatcher).
+    # As if the rotation's notification had not arrived yet (registry.change_watcher.ChangeWatcher).
     registry.watcher.on_keys_changed = None
     try:
         code, output = await capreg(database_url, "keys", "rotate")

@@ -10,19 +10,26 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from auth.policy import (
-    ALLOWED,
     DATA_LOCATION_DENIED,
     NOT_FOUND,
-    RETIRED,
+    ApprovalParties,
     CapabilityGate,
-    Decision,
     ParentTicket,
     Refusal,
     TicketRequest,
     actor_chain,
     actors_in_chain,
     can_see,
+    TicketParties,
     check_approval_decider,
+    check_approval_reader,
+    check_heartbeat,
+    check_introspect,
+    check_lifecycle,
+    check_parent_standing,
+    check_publish,
+    check_revoke,
+    check_scope,
     check_first_ticket,
     check_redelegation,
     child_ticket_grant,
@@ -37,6 +44,16 @@ from registry.records import CapabilityVersion
 
 NOW = 1_800_000_000
 MAX_TTL = 900
+REF = "acme/billing-agent/invoice.lookup@2.0.0"
+ALLOWED = None
+RETIRED = Refusal(code="retired", message=f"{REF} is retired")
+
+
+def scopes_missing(*missing: str) -> Refusal:
+    return Refusal(
+        code="insufficient_scope", message=f"releasing this capability needs the scopes: {' '.join(missing)}",
+        missing_scopes=missing,
+    )
 
 
 def caller(tenant: str = "acme", sub: str = "router", scopes: tuple[str, ...] = (), regions: tuple[str, ...] | None = None) -> Caller:
@@ -51,6 +68,7 @@ def gate(**fields: object) -> CapabilityGate:
         "scopes": ("invoice:read",),
         "data_regions": (),
         "status": "active",
+        "ref": REF,
     }
     base.update(fields)
     return CapabilityGate(**base)  # type: ignore[arg-type]
@@ -136,17 +154,17 @@ def test_can_see(who: Caller | None, tenant: str, visibility: str, shared_with: 
         (
             caller("acme"),
             gate(scopes=("invoice:write", "invoice:read")),
-            Decision(allowed=False, code="insufficient_scope", status=403, missing_scopes=("invoice:read", "invoice:write")),
+            scopes_missing("invoice:read", "invoice:write"),
         ),
         (
             caller("acme", scopes=("invoice:read",)),
             gate(scopes=("invoice:write", "invoice:read")),
-            Decision(allowed=False, code="insufficient_scope", status=403, missing_scopes=("invoice:write",)),
+            scopes_missing("invoice:write"),
         ),
         (
             caller("acme", scopes=("Invoice:read",)),
             gate(),
-            Decision(allowed=False, code="insufficient_scope", status=403, missing_scopes=("invoice:read",)),
+            scopes_missing("invoice:read"),
         ),
         (caller("acme"), gate(scopes=()), ALLOWED),
         (caller("acme", scopes=("registry:admin",)), gate(scopes=()), ALLOWED),
@@ -163,20 +181,19 @@ def test_can_see(who: Caller | None, tenant: str, visibility: str, shared_with: 
         (
             caller("acme", regions=("us",)),
             gate(data_regions=("eu",)),
-            Decision(allowed=False, code="insufficient_scope", status=403, missing_scopes=("invoice:read",)),
+            scopes_missing("invoice:read"),
         ),
     ],
 )
-def test_decide_release(who: Caller | None, cap: CapabilityGate, expected: Decision) -> None:
+def test_decide_release(who: Caller | None, cap: CapabilityGate, expected: Refusal | None) -> None:
     assert decide_release(who, cap) == expected
 
 
-def test_decision_constants() -> None:
-    assert NOT_FOUND == Decision(allowed=False, code="not_found", status=404, missing_scopes=())
-    assert RETIRED == Decision(allowed=False, code="retired", status=410, missing_scopes=())
-    assert DATA_LOCATION_DENIED == Decision(allowed=False, code="data_location_denied", status=403, missing_scopes=())
-    assert ALLOWED == Decision(allowed=True, code=None, status=200, missing_scopes=())
-    assert msgspec.json.decode(msgspec.json.encode(NOT_FOUND)) == {"allowed": False, "code": "not_found", "status": 404, "missing_scopes": []}
+def test_refusal_constants() -> None:
+    assert NOT_FOUND == Refusal(code="not_found", message="no such capability version")
+    assert DATA_LOCATION_DENIED.code == "data_location_denied" and DATA_LOCATION_DENIED.reason is None
+    # A refusal says what was refused and why, never an HTTP status (registry.problems maps codes).
+    assert set(msgspec.json.decode(msgspec.json.encode(NOT_FOUND))) == {"code", "message", "reason", "missing_scopes"}
 
 
 def test_retired_reached_by_range_is_not_found() -> None:
@@ -205,6 +222,7 @@ def test_gate_of_capability_version() -> None:
         scopes=("invoice:read",),
         data_regions=("eu",),
         status="deprecated",
+        ref=REF,
     )
 
 
@@ -493,15 +511,15 @@ def test_parent_from_claims() -> None:
         (caller("acme", "router", scopes=("registry:admin",)), "acme/router", "acme", ("self_approval", "delegation_denied")),
         (caller("acme", "router"), "acme/router", "acme", ("self_approval", "delegation_denied")),
         (caller("globex", "router", scopes=("registry:admin",)), "globex/router", "acme", ("self_approval", "delegation_denied")),
-        (caller("globex", "alice", scopes=("registry:admin",)), "acme/router", "acme", ("tenant_mismatch", "tenant_mismatch")),
-        (caller("acme", "alice", scopes=("registry:publish",)), "acme/router", "acme", ("insufficient_scope", "insufficient_scope")),
-        (caller("acme", "alice", scopes=("Registry:admin",)), "acme/router", "acme", ("insufficient_scope", "insufficient_scope")),
+        (caller("globex", "alice", scopes=("registry:admin",)), "acme/router", "acme", (None, "not_found")),
+        (caller("acme", "alice", scopes=("registry:publish",)), "acme/router", "acme", (None, "insufficient_scope")),
+        (caller("acme", "alice", scopes=("Registry:admin",)), "acme/router", "acme", (None, "insufficient_scope")),
         # Same sub in another tenant is another principal.
         (caller("acme", "router", scopes=("registry:admin",)), "globex/router", "acme", None),
     ],
 )
 def test_check_approval_decider(decider: Caller, requester: str, capability_tenant: str, expected: tuple[str, str] | None) -> None:
-    refusal = check_approval_decider(decider, requester, capability_tenant)
+    refusal = check_approval_decider(decider, ApprovalParties(requester=requester, tenant=capability_tenant))
     assert ((refusal.reason, refusal.code) if refusal else None) == expected
 
 
@@ -542,12 +560,12 @@ def test_release_allowed_only_when_every_rule_passes(who: Caller | None, cap: Ca
     visible = who is not None and (cap.visibility == "public" or who.tenant == cap.tenant or who.tenant in cap.shared_with)
     scoped = who is not None and all(s in who.scopes for s in cap.scopes)
     located = not cap.data_regions or (who is not None and who.regions is not None and any(r in who.regions for r in cap.data_regions))
-    assert decision.allowed == (visible and cap.status != "retired" and scoped and located)
+    assert (decision is None) == (visible and cap.status != "retired" and scoped and located)
     if not visible:
         assert decision == NOT_FOUND
-    assert decision.allowed == (decision.status == 200) == (decision.code is None)
-    assert decision.code in {None, "not_found", "retired", "insufficient_scope", "data_location_denied"}
-    assert list(decision.missing_scopes) == sorted(decision.missing_scopes)
+    if decision is not None:
+        assert decision.code in {"not_found", "retired", "insufficient_scope", "data_location_denied"}
+        assert list(decision.missing_scopes) == sorted(decision.missing_scopes)
 
 
 @PROPERTY
@@ -573,10 +591,10 @@ def test_more_scopes_or_regions_never_turn_allow_into_deny(
     more_scopes = msgspec.structs.replace(who, scopes=who.scopes | extra_scopes)
     more_regions = msgspec.structs.replace(who, regions=tuple(dict.fromkeys((*(who.regions or ()), *extra_regions))))
     both = msgspec.structs.replace(more_scopes, regions=more_regions.regions)
-    if before.allowed:
-        assert decide_release(more_scopes, cap, exact_version=exact).allowed
-        assert decide_release(more_regions, cap, exact_version=exact).allowed
-        assert decide_release(both, cap, exact_version=exact).allowed
+    if before is None:
+        assert decide_release(more_scopes, cap, exact_version=exact) is None
+        assert decide_release(more_regions, cap, exact_version=exact) is None
+        assert decide_release(both, cap, exact_version=exact) is None
 
 
 @st.composite
@@ -713,3 +731,111 @@ def test_first_ticket_never_exceeds_caller_or_capability(who: Caller, req_scopes
         assert grant.depth == 0 and actors_in_chain(grant.act) == [who.principal]
     else:
         assert refusal is not None and refusal.reason == "scope_escalation"
+
+
+# ---------------------------------------------------------------------------
+# Publishing, lifecycle, heartbeats, revocation, introspection, approvals: properties
+
+
+@PROPERTY
+@given(who=callers, tenant=st.sampled_from(TENANTS), visible=st.booleans())
+def test_cross_tenant_writes_are_never_allowed(who: Caller, tenant: str, visible: bool) -> None:
+    if who.tenant == tenant:
+        return
+    assert check_publish(who, tenant) is not None
+    assert check_lifecycle(who, tenant, agent_visible=visible) is not None
+    assert check_heartbeat(who, tenant, agent_visible=visible) is not None
+
+
+@PROPERTY
+@given(who=callers, tenant=st.sampled_from(TENANTS), visible=st.booleans())
+def test_a_missing_scope_is_never_allowed(who: Caller, tenant: str, visible: bool) -> None:
+    if "registry:publish" not in who.scopes:
+        assert check_publish(who, tenant) is not None
+        assert check_heartbeat(who, tenant, agent_visible=visible) is not None
+    if "registry:admin" not in who.scopes:
+        assert check_lifecycle(who, tenant, agent_visible=visible) is not None
+    for scope in SCOPES:
+        assert (check_scope(who, scope) is None) == (scope in who.scopes)
+
+
+@PROPERTY
+@given(who=callers, tenant=st.sampled_from(TENANTS))
+def test_an_invisible_record_is_not_found_before_anything_else(who: Caller, tenant: str) -> None:
+    # 404 before 403: a caller who may not know a record exists learns nothing else about it.
+    assert check_lifecycle(who, tenant, agent_visible=False).code == "not_found"
+    if who.tenant != tenant and "registry:publish" in who.scopes:
+        assert check_heartbeat(who, tenant, agent_visible=False).code == "not_found"
+        assert check_heartbeat(who, tenant, agent_visible=True).code == "tenant_mismatch"
+
+
+ticket_parties = st.builds(
+    TicketParties,
+    tenant=st.sampled_from(TENANTS),
+    actor=st.sampled_from(PRINCIPALS),
+    actor_tenant=st.sampled_from(TENANTS),
+)
+
+
+@PROPERTY
+@given(who=callers, ticket=ticket_parties)
+def test_revocation_by_the_minter_or_an_admin_of_the_capabilitys_tenant_only(who: Caller, ticket: TicketParties) -> None:
+    refusal = check_revoke(who, ticket)
+    may = who.principal == ticket.actor or (who.tenant == ticket.tenant and "registry:admin" in who.scopes)
+    assert (refusal is None) == may
+    if not may and who.tenant not in (ticket.tenant, ticket.actor_tenant):
+        assert refusal.code == "not_found"
+    assert check_revoke(who, None).code == "not_found"
+
+
+@PROPERTY
+@given(who=callers, audience=st.sampled_from(PRINCIPALS), capability_tenant=st.sampled_from(TENANTS))
+def test_introspection_only_in_the_audiences_tenant_or_by_its_auditors(who: Caller, audience: str, capability_tenant: str) -> None:
+    allowed = check_introspect(who, audience=audience, capability_tenant=capability_tenant) is None
+    assert allowed == (
+        who.tenant == audience.partition("/")[0] or (who.tenant == capability_tenant and "audit:read" in who.scopes)
+    )
+
+
+@PROPERTY
+@given(who=callers, requester=st.sampled_from(PRINCIPALS), tenant=st.sampled_from(TENANTS))
+def test_approvals_are_invisible_outside_their_parties_and_never_self_decided(who: Caller, requester: str, tenant: str) -> None:
+    parties = ApprovalParties(requester=requester, tenant=tenant)
+    decider, reader = check_approval_decider(who, parties), check_approval_reader(who, parties)
+    if who.principal != requester and who.tenant != tenant:
+        assert decider.code == reader.code == "not_found"
+    if who.principal == requester:
+        assert decider is not None and decider.reason == "self_approval"
+        assert reader is None
+    if decider is None:
+        assert who.tenant == tenant and "registry:admin" in who.scopes and who.principal != requester
+    assert check_approval_decider(who, None).code == check_approval_reader(who, None).code == "not_found"
+
+
+@PROPERTY
+@given(revoked=st.booleans(), status=st.sampled_from(("active", "deprecated", "retired")), expired=st.booleans())
+def test_a_parent_stands_only_while_active(revoked: bool, status: str, expired: bool) -> None:
+    active = not revoked and status != "retired" and not expired  # what db/tickets.py ACTIVE answers
+    refusal = check_parent_standing(active=active, chain_revoked=revoked, capability_status=status)
+    assert (refusal is None) == active
+    assert refusal is None or (refusal.code, refusal.reason) == ("delegation_denied", "parent_invalid")
+
+
+def test_every_refusal_code_has_one_status_and_insufficient_scope_its_challenge() -> None:
+    from registry.problems import REFUSAL_STATUS, refused
+
+    refusals = [
+        check_publish(caller("acme"), "acme"), check_publish(caller("acme", scopes=("registry:publish",)), "globex"),
+        check_lifecycle(caller("acme"), "acme", agent_visible=False), RETIRED, DATA_LOCATION_DENIED,
+        check_approval_decider(caller("acme"), ApprovalParties(requester="acme/router", tenant="acme")),
+        scopes_missing("invoice:read", "invoice:write"),
+    ]
+    for refusal in refusals:
+        error = refused(refusal)
+        assert (error.status, error.code, error.detail) == (REFUSAL_STATUS[refusal.code], refusal.code, refusal.message)
+        if refusal.code == "insufficient_scope":
+            scope = " ".join(refusal.missing_scopes)
+            assert error.headers["WWW-Authenticate"] == f'Bearer error="insufficient_scope", scope="{scope}"'
+            assert error.missing_scopes == list(refusal.missing_scopes)
+        else:
+            assert "WWW-Authenticate" not in error.headers

@@ -6,8 +6,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from registry.audit import AuditEvent
-from registry.storable import escaped, unstorable, unstorable_pointer
+from db.audit_events import AuditEvent
+from db.unstorable import escaped, unstorable
+from registry.storable import unstorable_pointer
 
 texts = st.text(alphabet=st.characters(codec=None, min_codepoint=0, max_codepoint=0xFFFF), max_size=40)
 json_values = st.recursive(

@@ -20,14 +20,15 @@ from db import audit as audit_queries
 from db import checkpoints as checkpoint_queries
 from db import grants as grant_queries
 from db.audit import EventFilter
-from registry.audit import AuditRecord
+from registry.authentication import authenticate, optional_caller
+from db.audit_events import AuditRecord
 from registry.audit_chain import ChainBroken, checkpoint_periodically, make_checkpoint, verify_stored_chain
 from registry.checkpoints import Checkpoint, CheckpointInvalid, checkpoint_from_row, jwks_keys, verify_checkpoint
 from registry.cursors import decode_cursor, encode_cursor
 from registry.grants import GrantOrder, GrantPage, grant_page, grant_position
 from registry.problems import ErrorItem, ProblemError, invalid_request, problem_responses
 from registry.records import SKILL_ID_PATTERN
-from registry.service import Registry, registry_of
+from registry.state import Registry, registry_of
 from registry.wire import Wire
 
 MAX_LIMIT = 1000
@@ -120,7 +121,7 @@ async def list_events(
     cursor: Annotated[str | None, QueryParameter(max_length=256)] = None,
 ) -> Response[AuditPage]:
     registry = registry_of(request)
-    caller = await registry.require_caller(request, "audit:read")
+    caller = await authenticate(request, "audit:read")
     where = _event_filter(event_type, actor, skill, scope_held, outcome, _rfc3339("since", since), _rfc3339("until", until))
     if NDJSON in request.headers.get("accept", ""):
         upto, _ = await audit_queries.head(registry.pool)
@@ -154,7 +155,7 @@ async def list_grants(
     cursor: Annotated[str | None, QueryParameter(max_length=256)] = None,
 ) -> Response[GrantPage]:
     registry = registry_of(request)
-    caller = await registry.require_caller(request, "audit:read")
+    caller = await authenticate(request, "audit:read")
     rows = await grant_queries.tenant_grants(
         registry.pool, viewer_tenant=caller.tenant, active=active, actor=actor, skill=skill, scope=scope_held,
         after=grant_position(cursor, order) if cursor else None, limit=limit + 1, order=order,
@@ -174,7 +175,7 @@ async def list_grants(
 )
 async def latest_checkpoint(request: Request) -> Response[Checkpoint]:
     registry = registry_of(request)
-    await registry.caller(request)  # public, but a presented token must be valid (docs/api.md#identities-and-tokens)
+    await optional_caller(request)  # public, but a presented token must be valid (docs/api.md#identities-and-tokens)
     await registry.refresh_keyring()
     row = await checkpoint_queries.latest_checkpoint(registry.pool)
     # None yet, or signed with a key that has left the JWKS: sign the head now.
@@ -226,7 +227,7 @@ async def hourly_outcomes(
     until: UntilQuery = None,
 ) -> Response[HourlyOutcomes]:
     registry = registry_of(request)
-    caller = await registry.require_caller(request, "audit:read")
+    caller = await authenticate(request, "audit:read")
     until_at = _rfc3339("until", until)
     end = _hour_floor(until_at, up=True) if until_at else _hour_floor(datetime.now(timezone.utc)) + timedelta(hours=1)
     start = _hour_floor(_rfc3339("since", since) or end - timedelta(hours=24))
@@ -278,7 +279,7 @@ class ChainVerification(Wire):
 )
 async def verify_chain(request: Request) -> Response[ChainVerification]:
     registry = registry_of(request)
-    await registry.require_caller(request, "audit:read")
+    await authenticate(request, "audit:read")
     state = request.app.state
     # Single flight: the check reads the whole log, so a burst of callers costs one read, not many.
     running = state.get("chain_verification")

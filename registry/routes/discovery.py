@@ -9,6 +9,7 @@ from litestar import Request, Response, get
 from litestar.params import QueryParameter
 
 from db import changes as change_queries
+from registry.authentication import optional_caller
 from registry.discovery import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
@@ -22,7 +23,7 @@ from registry.discovery import (
 )
 from registry.problems import problem_responses
 from registry.response_cache import CachedResponse
-from registry.service import registry_of
+from registry.state import registry_of
 from registry.wire import Wire
 
 class Change(Wire):
@@ -38,7 +39,7 @@ class ChangePage(Wire):
 
 
 async def _viewer(request: Request) -> str | None:
-    return viewer_tenant(await registry_of(request).caller(request))
+    return viewer_tenant(await optional_caller(request))
 
 
 def _cached_answer(request: Request, entry: CachedResponse, viewer: str | None) -> Response:
@@ -107,7 +108,7 @@ async def changes(
     limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 500,
 ) -> ChangePage:
     registry = registry_of(request)
-    viewer = viewer_tenant(await registry.caller(request))
+    viewer = viewer_tenant(await optional_caller(request))
     deadline = time.monotonic() + wait
     while True:
         head = await change_queries.current_seq(registry.pool)

@@ -14,8 +14,9 @@ from urllib.parse import urlsplit
 import msgspec
 from litestar import Request, Response, post
 
+from registry.authentication import optional_caller
 from registry.mcp_server import handle
-from registry.service import registry_of, trace_id_of
+from registry.state import registry_of, trace_id_of
 
 _JSON = "application/json"
 
@@ -34,7 +35,7 @@ async def mcp_endpoint(request: Request) -> Response:
     if origin is not None and origin.lower() not in {_origin(registry.public_url(request)), _origin(str(request.base_url))}:
         body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Origin not allowed"}}
         return Response(msgspec.json.encode(body), status_code=403, media_type=_JSON)
-    caller = await registry.caller(request)
+    caller = await optional_caller(request)
     exchange = await handle(
         registry, caller, await request.body(),
         protocol_version=request.headers.get("mcp-protocol-version"), trace_id=trace_id_of(request),

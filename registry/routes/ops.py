@@ -5,7 +5,7 @@ from __future__ import annotations
 from litestar import Request, Response, get
 
 from db.migrate import pending_migrations
-from registry.service import registry_of
+from registry.state import registry_of
 from registry.wire import Wire
 
 

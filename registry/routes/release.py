@@ -13,20 +13,15 @@ from typing import Annotated, Any, Literal
 from litestar import Request, get, post
 from litestar.params import PathParameter, QueryParameter
 
-from auth.policy import NOT_FOUND, CapabilityGate, can_see, decide_release
 from auth.principal import Caller
-from db import agents as agent_queries
-from db import capabilities as capability_queries
+from registry.authentication import authenticate
 from registry.arguments import Mode, ValidationReport, validate_arguments_bounded
-from registry.cards import extended_agent_card
-from registry.discovery import capability_version
-from registry.problems import not_found, problem_responses
+from registry.problems import problem_responses
 from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN
-from registry import release_service
-from registry.release import CapabilityDetail, release_event, withheld_extended_card
-from registry.release_service import Released, detail_of, tool_definition
+from registry import release
+from registry.release import CapabilityDetail, Released, detail_of, tool_definition
 from registry.request_guard import body_schema, read_body
-from registry.service import Registry, registry_of, trace_id_of
+from registry.state import Registry, registry_of, trace_id_of
 from registry.wire import Wire
 
 TenantPath = Annotated[str, PathParameter(pattern=TENANT_PATTERN, description="tenant id")]
@@ -44,13 +39,13 @@ _VERSION_PATH = "/v1/agents/{tenant:str}/{agent_id:str}/skills/{skill_id:str}/ve
 _GATED = problem_responses(400, 401, 403, 404, 410)
 
 
-async def release(
+async def authenticated_release(
     request: Request, tenant: str, agent_id: str, skill_id: str, version: str
 ) -> tuple[Registry, Caller, Released]:
-    """Authenticate, then release through the service (registry.release_service)."""
+    """Authenticate, then release through the service (registry.release)."""
     registry = registry_of(request)
-    caller = await registry.require_caller(request)
-    released = await release_service.release(
+    caller = await authenticate(request)
+    released = await release.release(
         registry, caller, tenant=tenant, agent_id=agent_id, skill_id=skill_id, version=version,
         trace_id=trace_id_of(request),
     )
@@ -72,7 +67,7 @@ async def release(
 async def get_capability_detail(
     request: Request, tenant: TenantPath, agent_id: AgentPath, skill_id: SkillPath, version: VersionPath
 ) -> CapabilityDetail:
-    _, _, released = await release(request, tenant, agent_id, skill_id, version)
+    _, _, released = await authenticated_release(request, tenant, agent_id, skill_id, version)
     return detail_of(released)
 
 
@@ -89,28 +84,11 @@ async def get_capability_detail(
 )
 async def get_extended_agent_card(request: Request, tenant: TenantPath, agent_id: AgentPath) -> dict:
     registry = registry_of(request)
-    caller = await registry.require_caller(request)
-    trace_id = trace_id_of(request)
-    agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
-    if agent is None or not can_see(
-        caller, tenant=agent["tenant"], visibility=agent["visibility"], shared_with=agent["shared_with"]
-    ):
-        event = release_event(caller, tenant=tenant, ref=f"{tenant}/{agent_id}", decision=NOT_FOUND, trace_id=trace_id)
-        await registry.writes.record([event])
-        raise not_found("no such agent")
-    rows = await capability_queries.latest_per_skill(registry.pool, tenant, agent_id, detail=True)
-    passed, events = [], []
-    for cap in (capability_version(row) for row in rows):
-        gate = CapabilityGate.of(cap, visibility=agent["visibility"], shared_with=agent["shared_with"])
-        decision = decide_release(caller, gate, exact_version=False)
-        events.append(release_event(caller, tenant=tenant, ref=cap.ref, decision=decision, scopes=cap.scopes, trace_id=trace_id))
-        if decision.allowed:
-            passed.append(cap)
-    await registry.writes.record(events)
-    base_url = f"{registry.public_url(request)}/v1/agents/{tenant}/{agent_id}"
-    if not passed:
-        return withheld_extended_card(agent["card"], base_url=base_url)
-    return extended_agent_card(agent["card"], passed, base_url=base_url)
+    caller = await authenticate(request)
+    return await release.extended_card(
+        registry, caller, tenant=tenant, agent_id=agent_id,
+        base_url=f"{registry.public_url(request)}/v1/agents/{tenant}/{agent_id}", trace_id=trace_id_of(request),
+    )
 
 
 @get(
@@ -126,7 +104,7 @@ async def get_capability_tool(
     version: VersionPath,
     format: Annotated[Literal["openai", "mcp"], QueryParameter(description="openai or mcp")],  # noqa: A002
 ) -> dict:
-    _, _, released = await release(request, tenant, agent_id, skill_id, version)
+    _, _, released = await authenticated_release(request, tenant, agent_id, skill_id, version)
     return tool_definition(released, format)
 
 
@@ -157,9 +135,9 @@ async def validate_capability_arguments(
     skill_id: SkillPath,
     version: VersionPath,
 ) -> ValidationReport:
-    await registry_of(request).require_caller(request)  # 401 before the body is looked at
+    await authenticate(request)  # 401 before the body is looked at
     data = await read_body(request, ValidateRequest)
-    _, _, released = await release(request, tenant, agent_id, skill_id, version)
+    _, _, released = await authenticated_release(request, tenant, agent_id, skill_id, version)
     return await validate_arguments_bounded(released.cap.input_schema, data.arguments, data.mode)
 
 

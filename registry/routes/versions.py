@@ -1,4 +1,6 @@
-"""HTTP: the version lifecycle (deprecate, retire) and the compatibility check agents run in CI."""
+"""HTTP: versions (docs/api.md#lifecycle, #compatibility): the lifecycle (deprecate, retire; the
+service is registry.lifecycle) and the compatibility check agents run in CI (the verdict publishing
+would give, registry.versions.publish_verdict)."""
 
 from __future__ import annotations
 
@@ -9,21 +11,14 @@ import msgspec
 from litestar import Request, post
 from litestar.params import PathParameter
 
-from auth.policy import can_see
-from auth.principal import Caller
-from db import agents as agent_queries
-from db import capabilities as capability_queries
-from db.group_commit import WriteScope
-from registry.audit import AuditEvent
-from registry.discovery import capability_ref, public_capability
-from registry.problems import (
-    ErrorItem, ProblemError, insufficient_scope, invalid_request, not_found, problem_responses, tenant_mismatch,
-)
+from registry.authentication import authenticate
+from registry import lifecycle
+from registry.lifecycle import VersionKey
+from registry.problems import ErrorItem, invalid_request, problem_responses
 from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN, PublicCapability, SkillRegistration
 from registry.registration import bounded, checked_schemas, compatibility_report, skill_content
 from registry.request_guard import body_schema, read_body
-from registry.service import registry_of, trace_id_of
-from registry.tracing import current_request_id
+from registry.state import registry_of, trace_id_of
 from registry.versions import InvalidVersion, Version
 from registry.wire import Wire
 
@@ -50,53 +45,6 @@ class CompatibilityReport(Wire):
     breaking_changes: list[ErrorItem]
 
 
-async def _change_lifecycle(
-    request: Request, tenant: str, agent_id: str, skill_id: str, version: str, event_type: str, apply
-) -> PublicCapability:
-    """Shared shell of deprecate and retire: checks in the order of docs/api.md#lifecycle, one transaction, audited."""
-    registry = registry_of(request)
-    caller: Caller = await registry.require_caller(request)
-    trace_id = trace_id_of(request)
-    ref = capability_ref(tenant, agent_id, skill_id, version)
-    request_id = current_request_id()  # the write below runs in the group-commit task
-
-    async def refuse(error: ProblemError) -> ProblemError:
-        await registry.writes.record([AuditEvent(
-            type=event_type, outcome="denied", tenant=tenant, actor_tenant=caller.tenant, actor=caller.sub,
-            actor_issuer=caller.issuer, ref=ref, reason=error.code, trace_id=trace_id, request_id=request_id,
-        )])
-        return error
-
-    agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
-    if agent is None or not can_see(caller, tenant=tenant, visibility=agent["visibility"], shared_with=agent["shared_with"]):
-        raise await refuse(not_found("no such capability version"))
-    if caller.tenant != tenant:
-        raise await refuse(tenant_mismatch())
-    if not caller.holds("registry:admin"):
-        raise await refuse(insufficient_scope("registry:admin"))
-    try:
-        Version.parse(version)
-    except InvalidVersion:
-        raise await refuse(invalid_request("lifecycle changes name an exact version", [ErrorItem(path="version", message="not a semantic version")])) from None
-    async def write(scope: WriteScope) -> None:
-        status = await capability_queries.lock_version_status(scope.conn, tenant, agent_id, skill_id, version)
-        if status is None:
-            raise not_found("no such capability version")
-        if await apply(scope.conn, status):
-            scope.change(event_type, tenant, agent_id, ref)
-            scope.audit(AuditEvent(
-                type=event_type, outcome="allowed", tenant=tenant, actor_tenant=caller.tenant,
-                actor=caller.sub, actor_issuer=caller.issuer, ref=ref, trace_id=trace_id, request_id=request_id,
-            ))
-
-    try:
-        await registry.writes.run(write)
-    except ProblemError as error:
-        raise await refuse(error) from None
-    rows = await capability_queries.skill_versions(registry.pool, tenant, agent_id, skill_id)
-    return public_capability(next(r for r in rows if r["version"] == version))
-
-
 @post(
     f"{_VERSION_PATH}/deprecate",
     status_code=200,
@@ -107,16 +55,13 @@ async def _change_lifecycle(
 async def deprecate(
     request: Request, tenant: TenantPath, agent_id: AgentPath, skill_id: SkillPath, version: VersionPath,
 ) -> PublicCapability:
-    await registry_of(request).require_caller(request)
+    registry = registry_of(request)
+    caller = await authenticate(request)
     data = await read_body(request, Deprecation)
-
-    async def apply(conn, status: str) -> bool:
-        if status == "retired":
-            raise ProblemError(410, "retired", "a retired version cannot be deprecated")
-        await capability_queries.deprecate_version(conn, tenant, agent_id, skill_id, version, data.sunset_at, data.message)
-        return True
-
-    return await _change_lifecycle(request, tenant, agent_id, skill_id, version, "version.deprecated", apply)
+    return await lifecycle.deprecate(
+        registry, caller, VersionKey(tenant, agent_id, skill_id, version), sunset_at=data.sunset_at,
+        message=data.message, trace_id=trace_id_of(request),
+    )
 
 
 @post(
@@ -128,13 +73,11 @@ async def deprecate(
 async def retire(
     request: Request, tenant: TenantPath, agent_id: AgentPath, skill_id: SkillPath, version: VersionPath
 ) -> PublicCapability:
-    async def apply(conn, status: str) -> bool:
-        if status == "retired":
-            return False  # retiring twice changes nothing
-        await capability_queries.retire_version(conn, tenant, agent_id, skill_id, version)
-        return True
-
-    return await _change_lifecycle(request, tenant, agent_id, skill_id, version, "version.retired", apply)
+    registry = registry_of(request)
+    caller = await authenticate(request)
+    return await lifecycle.retire(
+        registry, caller, VersionKey(tenant, agent_id, skill_id, version), trace_id=trace_id_of(request)
+    )
 
 
 @post(
@@ -150,7 +93,7 @@ async def retire(
     dependencies=body_schema(CompatibilityRequest),
 )
 async def compatibility(request: Request) -> CompatibilityReport:
-    await registry_of(request).require_caller(request)
+    await authenticate(request)
     data = await read_body(request, CompatibilityRequest)
     problems: list[ErrorItem] = []
     versions = {}

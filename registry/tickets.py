@@ -1,6 +1,8 @@
-"""Delegation tickets end to end (docs/api.md#tickets): resolving the capability a ticket is asked for,
+"""Delegation tickets, the service (docs/api.md#tickets): resolving the capability a ticket is asked for,
 verifying a parent ticket, applying the narrowing rules of auth.policy, then signing (auth.tickets),
-storing and auditing in one transaction. Approvals and Idempotency-Key replays reuse the same steps.
+storing and auditing in one transaction; a `requiresApproval` capability records a pending approval
+instead (deciding and collecting it is registry.approvals). Also introspection and revocation.
+Idempotency-Key replays reuse the same steps. The SQL is db/tickets.py.
 
 Every refusal is written to the audit log as `ticket.denied` (in a transaction of its own, nothing
 else is written) before its error is raised; a grant's `ticket.granted` commits with the ticket row.
@@ -18,18 +20,22 @@ import jwt
 import msgspec
 
 from auth.policy import (
-    PARENT_INVALID,
-    CapabilityGate,
-    can_see,
+    NOT_FOUND,
+    NOT_FOUND_CODE,
+    PARENT_UNKNOWN,
     ParentTicket,
-    Refusal,
     TicketGrant,
+    TicketParties,
     TicketRequest,
     check_first_ticket,
+    check_introspect,
+    check_parent_standing,
     check_redelegation,
+    check_revoke,
     child_ticket_grant,
-    decide_release,
+    decide_ticket_target,
     first_ticket_grant,
+    parent_invalid,
     validate_ticket_request,
 )
 from auth.principal import Caller
@@ -37,16 +43,19 @@ from auth.tickets import CapClaim, InvalidTicket, TicketClaims, new_jti, sign_ti
 from db import approvals as approval_queries
 from db import tickets as ticket_queries
 from db.group_commit import WriteScope
-from registry.audit import AuditEvent
-from registry.discovery import capability_ref
-from registry.problems import ErrorItem, ProblemError, invalid_request, json_pointer, not_found
-from registry.service import Registry
-from registry.skill_records import skill_record
-from registry.release import NOT_FOUND_DETAIL, choose_version, parse_version_request
-from registry.release import refusal as release_refusal
+from db.audit_events import AuditEvent
+from registry.records import capability_ref
+from registry.problems import ErrorItem, ProblemError, invalid_request, json_pointer, refused
+from registry.refusals import refuse
+from registry.state import Registry
+from registry.release import parse_version_request, visible_version
 from registry.versions import InvalidRange
 from registry.tracing import current_request_id
 from registry.wire import Wire
+
+GRANTED = "ticket.granted"
+DENIED = "ticket.denied"
+REVOKED = "ticket.revoked"
 
 # Used when a request names no ttlSeconds (capped by CAPREG_TICKET_MAX_TTL).
 DEFAULT_TTL_SECONDS = 300
@@ -171,41 +180,6 @@ def idempotency_of(caller: Caller, key: str | None, body: TicketRequestBody) -> 
 
 
 # ---------------------------------------------------------------------------
-# Audit
-
-
-def refusal_error(refusal: Refusal) -> ProblemError:
-    return ProblemError(403, refusal.code, refusal.message, reason=refusal.reason)
-
-
-async def refuse(
-    registry: Registry,
-    error: ProblemError,
-    *,
-    caller: Caller | None,
-    tenant: str | None = None,
-    ref: str | None = None,
-    scopes: tuple[str, ...] | list[str] = (),
-    on_behalf_of: str | None = None,
-    trace_id: str | None,
-    event_type: str = "ticket.denied",
-) -> ProblemError:
-    """Audit a refusal of an authenticated caller in its own transaction and return the error to raise.
-
-    Without a caller nothing is written: who asked is unknown, and anyone could grow the chain.
-    An error already audited where it was raised (registry.request_guard) is not audited twice.
-    """
-    if caller is None or getattr(error, "audited", False):
-        return error
-    await registry.writes.record([AuditEvent(
-        type=event_type, outcome="denied", tenant=tenant, actor_tenant=caller.tenant, actor=caller.sub,
-        actor_issuer=caller.issuer, on_behalf_of=on_behalf_of, ref=ref, scopes=sorted(set(scopes)),
-        reason=error.reason or error.code, trace_id=trace_id, request_id=current_request_id(),
-    )])
-    return error
-
-
-# ---------------------------------------------------------------------------
 # Evaluation
 
 
@@ -236,28 +210,22 @@ async def verified_ticket(registry: Registry, token: str) -> TicketClaims:
 async def resolve_target(registry: Registry, caller: Caller, req: TicketRequest) -> Target:
     """The capability version of a ticket request, as the caller may see it (400, 404, 410 otherwise).
 
-    Resolution is detail release's (registry.release), so `latest` and ranges name the same version
-    for a ticket as for the schemas. The caller must be able to see the version in detail: visible
-    to its tenant and, asked for exactly, not retired. Detail release's scope rule is replaced by the
-    ticket's subset rule, and data regions are not a ticket check (docs/api.md#request-a-ticket lists the ticket
-    checks; regions gate who receives schemas and endpoints, not who may delegate a call).
+    Resolution is detail release's (registry.release.visible_version), so `latest` and ranges name
+    the same version for a ticket as for the schemas; whether it may be a ticket's target is
+    auth.policy.decide_ticket_target (docs/api.md#request-a-ticket).
     """
     tenant, _, agent_id = req.audience.partition("/")
     try:
         wanted = parse_version_request(req.version)
     except InvalidRange as exc:
         raise invalid_request("version is not a version, `latest` or a range", [ErrorItem(path="/version", message=str(exc))]) from None
-    skill = await skill_record(registry, tenant, agent_id, req.skill)
-    agent = skill.agent
-    if agent is None or not can_see(caller, tenant=tenant, visibility=agent["visibility"], shared_with=agent["shared_with"]):
-        raise not_found(NOT_FOUND_DETAIL)
-    chosen = choose_version([cap for cap, _ in skill.versions], wanted, now=datetime.now(timezone.utc))
-    if chosen is None:
-        raise not_found(NOT_FOUND_DETAIL)
-    gate = CapabilityGate.of(chosen, visibility=agent["visibility"], shared_with=agent["shared_with"])
-    decision = decide_release(caller, msgspec.structs.replace(gate, scopes=(), data_regions=()), exact_version=wanted.exact)
-    if not decision.allowed:
-        raise release_refusal(decision, ref=chosen.ref)
+    found = await visible_version(registry, caller, tenant, agent_id, req.skill, wanted)
+    if found is None:
+        raise refused(NOT_FOUND)
+    refusal = decide_ticket_target(caller, found.gate(), exact_version=wanted.exact)
+    if refusal is not None:
+        raise refused(refusal)
+    chosen = found.cap
     return Target(
         tenant=chosen.tenant, agent_id=chosen.agent_id, skill_id=chosen.id, version=chosen.version,
         scopes=tuple(chosen.scopes), requires_approval=chosen.requires_approval,
@@ -269,41 +237,37 @@ async def evaluate(
 ) -> Plan:
     """Every check of a ticket request, in the order of docs/api.md#request-a-ticket; a refusal is audited, then raised."""
     now = int(time.time())
-    requested_ref = f"{req.audience}/{req.skill}@{req.version}"
-    context = dict(caller=caller, tenant=req.audience.partition("/")[0], ref=requested_ref, scopes=req.scopes,
-                   on_behalf_of=req.on_behalf_of, trace_id=trace_id)
+    tenant, _, agent_id = req.audience.partition("/")  # validated: `tenant/agentId`
+    requested_ref = capability_ref(tenant, agent_id, req.skill, req.version)
+    context = dict(event_type=DENIED, tenant=tenant, ref=requested_ref,
+                   scopes=sorted(set(req.scopes)), on_behalf_of=req.on_behalf_of, trace_id=trace_id)
     try:
         target = await resolve_target(registry, caller, req)
     except ProblemError as error:
-        raise await refuse(registry, error, **context) from None
+        raise await refuse(registry, caller, error, **context) from None
     context.update(tenant=target.tenant, ref=target.ref)
 
     if parent_token is None:
         refusal = check_first_ticket(caller, req, target.scopes)
         if refusal is not None:
-            raise await refuse(registry, refusal_error(refusal), **context)
+            raise await refuse(registry, caller, refused(refusal), **context)
         return Plan(caller=caller, request=req, target=target, grant=first_ticket_grant(caller, req, now=now),
                     root_jti=None, now=now)
-
-    def parent_invalid(message: str) -> ProblemError:
-        return ProblemError(403, "delegation_denied", message, reason=PARENT_INVALID)
 
     try:
         claims = await verified_ticket(registry, parent_token)
     except InvalidTicket as exc:
-        raise await refuse(registry, parent_invalid(f"the parent ticket is not valid: {exc}"), **context) from None
+        raise await refuse(registry, caller, refused(parent_invalid(f"the parent ticket is not valid: {exc}")), **context) from None
     state = await ticket_queries.ticket_state(registry.pool, claims.jti)
     if state is None:
-        raise await refuse(registry, parent_invalid("the parent ticket is unknown to this registry"), **context)
+        raise await refuse(registry, caller, refused(PARENT_UNKNOWN), **context)
     # onBehalfOf is taken from the stored parent, not inferred from `sub` (see auth.tickets).
     parent = msgspec.structs.replace(ParentTicket.from_claims(claims.as_dict()), on_behalf_of=state["on_behalf_of"])
-    refusal = check_redelegation(caller, req, parent, target.scopes, now=now)
+    refusal = check_redelegation(caller, req, parent, target.scopes, now=now) or check_parent_standing(
+        active=state["active"], chain_revoked=state["chain_revoked"], capability_status=state["capability_status"]
+    )
     if refusal is not None:
-        raise await refuse(registry, refusal_error(refusal), **context)
-    if state["chain_revoked"]:
-        raise await refuse(registry, parent_invalid("the parent ticket or one of its ancestors was revoked"), **context)
-    if state["capability_status"] == "retired":
-        raise await refuse(registry, parent_invalid("the parent ticket's capability version is retired"), **context)
+        raise await refuse(registry, caller, refused(refusal), **context)
     return Plan(caller=caller, request=req, target=target, grant=child_ticket_grant(caller, req, parent, now=now),
                 root_jti=state["root_jti"], now=now)
 
@@ -341,7 +305,7 @@ async def mint(
         ref=target.ref, depth=grant.depth, max_depth=grant.max_depth,
     )
     event = AuditEvent(
-        type="ticket.granted", outcome="allowed", tenant=target.tenant, actor_tenant=caller.tenant, actor=caller.sub,
+        type=GRANTED, outcome="allowed", tenant=target.tenant, actor_tenant=caller.tenant, actor=caller.sub,
         actor_issuer=caller.issuer, on_behalf_of=grant.on_behalf_of, ref=target.ref, scopes=list(grant.scopes),
         trace_id=trace_id, request_id=current_request_id(),
     )
@@ -370,8 +334,12 @@ async def mint(
             assert plan.root_jti is not None
             await ticket_queries.lock_tree(conn, plan.root_jti)
             state = await ticket_queries.ticket_state(conn, grant.parent)
-            if state is None or state["chain_revoked"] or state["capability_status"] == "retired":
-                raise ProblemError(403, "delegation_denied", "the parent ticket was revoked", reason=PARENT_INVALID)
+            refusal = PARENT_UNKNOWN if state is None else check_parent_standing(
+                active=state["active"], chain_revoked=state["chain_revoked"],
+                capability_status=state["capability_status"],
+            )
+            if refusal is not None:
+                raise refused(refusal)
         await ticket_queries.insert_ticket(conn, row)
         if approval_id is not None and not await approval_queries.collect(conn, approval_id, jti):
             raise AlreadyCollected
@@ -384,8 +352,8 @@ async def mint(
     try:
         await registry.writes.run(write)
     except ProblemError as error:
-        raise await refuse(registry, error, caller=caller, tenant=target.tenant, ref=target.ref, scopes=grant.scopes,
-                           on_behalf_of=grant.on_behalf_of, trace_id=trace_id) from None
+        raise await refuse(registry, caller, error, event_type=DENIED, tenant=target.tenant, ref=target.ref,
+                           scopes=sorted(set(grant.scopes)), on_behalf_of=grant.on_behalf_of, trace_id=trace_id) from None
     return response
 
 
@@ -407,10 +375,8 @@ async def _replay(registry: Registry, caller: Caller, idempotency: Idempotency, 
     if row is None or row["status_code"] is None:
         return None
     if row["body_hash"] != idempotency.body_hash:
-        raise await refuse(
-            registry, ProblemError(409, "idempotency_mismatch", "this Idempotency-Key was used with another request body"),
-            caller=caller, trace_id=trace_id,
-        )
+        error = ProblemError(409, "idempotency_mismatch", "this Idempotency-Key was used with another request body")
+        raise await refuse(registry, caller, error, event_type=DENIED, tenant=None, trace_id=trace_id)
     return TicketAnswer(status=200 if row["status_code"] == 201 else row["status_code"], body=row["response"])
 
 
@@ -425,7 +391,7 @@ async def request_ticket(
         check_request(req, max_ttl=max_ttl)
         idempotency = idempotency_of(caller, idempotency_key, body)
     except ProblemError as error:
-        raise await refuse(registry, error, caller=caller, trace_id=trace_id) from None
+        raise await refuse(registry, caller, error, event_type=DENIED, tenant=None, trace_id=trace_id) from None
 
     if idempotency is not None and (replayed := await _replay(registry, caller, idempotency, trace_id)) is not None:
         return replayed
@@ -445,13 +411,7 @@ async def request_ticket(
 
 
 # ---------------------------------------------------------------------------
-# Approvals
-
-
-def approval_request_view(stored: dict[str, Any]) -> dict[str, Any]:
-    """The stored request as GET /v1/approvals shows it: the parent ticket (a bearer credential) is
-    replaced by its jti."""
-    return {k: v for k, v in stored.items() if k != "parentTicket"}
+# A pending approval instead of a ticket
 
 
 async def request_approval(
@@ -494,8 +454,57 @@ async def request_approval(
     return view
 
 
-def stored_ticket_request(approval) -> tuple[TicketRequestBody, str | None]:
-    """The body of an approved request, pinned to the version that was approved, and its parent ticket."""
-    stored = {k: v for k, v in approval["request"].items() if k != "parent"}
-    body = msgspec.convert(stored, TicketRequestBody)
-    return msgspec.structs.replace(body, version=approval["version"]), body.parent_ticket
+# ---------------------------------------------------------------------------
+# Introspection and revocation
+
+
+async def introspect(registry: Registry, caller: Caller, token: str) -> dict[str, Any]:
+    """RFC 7662 style: the claims of a valid, unexpired, unrevoked ticket whose capability version is
+    not retired, for a caller of the audience's tenant (or an auditor of the capability's); else inactive."""
+    inactive = {"active": False}
+    try:
+        claims = await verified_ticket(registry, token)
+    except InvalidTicket:
+        return inactive
+    if check_introspect(caller, audience=claims.aud, capability_tenant=claims.tenant) is not None:
+        return inactive
+    state = await ticket_queries.ticket_state(registry.pool, claims.jti)
+    if state is None or not state["active"]:
+        return inactive
+    return {"active": True, **claims.as_dict()}
+
+
+async def revoke(registry: Registry, caller: Caller, jti: str, *, trace_id: str | None) -> list[str]:
+    """Revoke a ticket and every ticket re-delegated from it, one `ticket.revoked` event each;
+    the jtis revoked now, parents first."""
+    ticket = await ticket_queries.get_ticket(registry.pool, jti)
+    parties = None if ticket is None else TicketParties(
+        tenant=ticket["tenant"], actor=ticket["actor"], actor_tenant=ticket["actor_tenant"]
+    )
+    refusal = check_revoke(caller, parties)
+    if refusal is not None and refusal.code == NOT_FOUND_CODE:
+        raise refused(refusal)  # nothing to attribute it to: the caller may not know the ticket exists
+    if refusal is not None:
+        raise await refuse(registry, caller, refused(refusal), event_type=REVOKED, tenant=ticket["tenant"],
+                           ref=ticket["ref"], scopes=sorted(set(ticket["scopes"])), on_behalf_of=ticket["on_behalf_of"],
+                           trace_id=trace_id)
+    request_id = current_request_id()  # the write runs in the group-commit task
+
+    async def write(scope: WriteScope) -> list:
+        await ticket_queries.lock_tree(scope.conn, ticket["root_jti"])
+        revoked = await ticket_queries.revoke_tree(scope.conn, jti)
+        revoked.sort(key=lambda row: (row["depth"], row["jti"]))
+        scope.audit(*(
+            AuditEvent(
+                type=REVOKED, outcome="allowed", tenant=row["tenant"], actor_tenant=caller.tenant,
+                actor=caller.sub, actor_issuer=caller.issuer, request_id=request_id,
+                on_behalf_of=row["on_behalf_of"], ref=row["ref"], scopes=list(row["scopes"]),
+                # Descendants are revoked because their ancestor was.
+                reason=None if row["jti"] == jti else "ancestor_revoked", trace_id=trace_id,
+            )
+            for row in revoked
+        ))
+        return revoked
+
+    revoked = await registry.writes.run(write)
+    return [row["jti"] for row in revoked]

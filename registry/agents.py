@@ -1,0 +1,196 @@
+"""Agents, the service (docs/api.md#register-an-agent, #heartbeats): registering an agent and
+publishing its capability versions, its public view and A2A card (cached per process,
+registry.response_cache), its skill versions, and instance heartbeats. Decisions are
+auth.policy's, schemas and compatibility registry.registration's, the SQL db/agents.py and
+db/capabilities.py.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+import msgspec
+
+from auth.policy import can_see, check_heartbeat, check_publish, not_found
+from auth.principal import Caller
+from db import agents as agent_queries
+from db import capabilities as capability_queries
+from db.agents import LeaseRenewal
+from registry.cards import public_agent_card
+from registry.discovery import agent_view, capability_version, public_capability
+from registry.problems import ProblemError, refused
+from registry.records import AgentRegistration, PublicCapability, agent_ref
+from registry.refusals import refuse
+from registry.registration import (
+    RegistrationResult,
+    VersionRef,
+    apply_registration,
+    check_compatibility_ahead,
+    prepare_registration,
+    registration_digest,
+)
+from registry.response_cache import CachedResponse, etag_of, expiry
+from registry.state import Registry
+from registry.tracing import current_request_id
+
+REGISTERED = "agent.registered"
+PUBLISHED = "version.published"
+
+
+class _SkillRefs(msgspec.Struct):
+    """Only the skill ids and versions of a registration body (everything else is skipped unread)."""
+
+    skills: list[VersionRef] = []
+
+
+async def register(
+    registry: Registry, caller: Caller, tenant: str, agent_id: str, data: AgentRegistration, body: bytes, *,
+    trace_id: str | None,
+) -> RegistrationResult:
+    """Register or update an agent and publish its new capability versions, in one transaction.
+
+    Refusals are audited (a publish into another tenant, a change to a published version);
+    malformed bodies (400) and no-op re-registrations are not: nothing was decided or changed.
+    """
+    ref = agent_ref(tenant, agent_id)
+    refusal = check_publish(caller, tenant)
+    if refusal is not None:
+        raise await refuse(registry, caller, refused(refusal), event_type=REGISTERED, tenant=tenant, ref=ref,
+                           trace_id=trace_id)
+    prepared = await prepare_registration(data)
+    await check_compatibility_ahead(registry.pool, tenant, agent_id, prepared)
+    # Stored with the agent: these exact bytes, sent again, take the fast path (unchanged_registration).
+    prepared = msgspec.structs.replace(prepared, body_hash=registration_digest(body))
+    request_id = current_request_id()  # the write runs in the group-commit task
+    try:
+        return await registry.writes.run(
+            lambda scope: apply_registration(scope, caller, tenant, agent_id, prepared, trace_id=trace_id,
+                                             request_id=request_id)
+        )
+    except ProblemError as error:  # 409 version_conflict or incompatible_change: nothing applied
+        raise await refuse(registry, caller, error, event_type=PUBLISHED, tenant=tenant, ref=ref,
+                           trace_id=trace_id) from None
+
+
+async def unchanged_registration(
+    registry: Registry, caller: Caller | None, tenant: str, agent_id: str, body: bytes
+) -> tuple[CachedResponse, list[VersionRef]] | None:
+    """The agent view and skill refs when `body` is exactly the last registration applied to this
+    agent and `caller` may register it: one indexed read (no batch slot, no transaction, no schema
+    compiled). Agents re-register at every start, so a fleet restart is mostly this. Anything else
+    (another body, a caller that would be refused, an unknown agent) is None: `register` decides,
+    refuses and audits as always. Not audited, like every re-registration that changes nothing
+    (docs/audit.md)."""
+    if caller is None or check_publish(caller, tenant) is not None:
+        return None
+    if await agent_queries.registration_hash(registry.pool, tenant, agent_id) != registration_digest(body):
+        return None
+    entry = await agent_view_entry(registry, tenant, agent_id)
+    if entry is None:
+        return None
+    try:
+        refs = msgspec.json.decode(body, type=_SkillRefs)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return entry, refs.skills
+
+
+async def agent_view_entry(registry: Registry, tenant: str, agent_id: str) -> CachedResponse | None:
+    """The encoded agent public view (None: no such agent), from the per-process cache on the
+    public card's terms (registry.response_cache): dropped on any committed change, and ending
+    when the agent's first live lease lapses or a version becomes effective. A new instance of an
+    already healthy agent is not a change, so `liveInstances` may lag by the cache's max age.
+    Visibility is the caller's to check (`visible_view`): the entry is the same for everyone."""
+    key = ("agent-view", tenant, agent_id)
+    entry = registry.responses.get(key, registry.watcher.cache_seq(), time.monotonic())
+    if entry is not None:
+        return entry
+    async with registry.pool.acquire() as conn:
+        seq, next_effective = await capability_queries.snapshot_bounds(conn)
+        agent = await agent_queries.get_agent(conn, tenant, agent_id)
+        skills = await capability_queries.latest_per_skill(conn, tenant, agent_id) if agent else []
+    if agent is None:
+        return None
+    body = msgspec.json.encode(agent_view(agent, skills))
+    first_lapse = agent["lease_bounds"][0] if agent["lease_bounds"] else None
+    entry = CachedResponse(
+        body=body, etag=etag_of(body), seq=seq,
+        expires=expiry(time.monotonic(), datetime.now(timezone.utc), [next_effective, first_lapse]),
+        extra=(agent["visibility"], tuple(agent["shared_with"])),
+    )
+    registry.responses.put(key, entry, registry.watcher.cache_seq())
+    return entry
+
+
+def _visible(caller: Caller | None, tenant: str, entry: CachedResponse | None) -> CachedResponse:
+    if entry is None or not can_see(caller, tenant=tenant, visibility=entry.extra[0], shared_with=entry.extra[1]):
+        raise refused(not_found("agent"))
+    return entry
+
+
+async def visible_view(registry: Registry, caller: Caller | None, tenant: str, agent_id: str) -> CachedResponse:
+    """The encoded public view of an agent the caller may see; 404 otherwise."""
+    return _visible(caller, tenant, await agent_view_entry(registry, tenant, agent_id))
+
+
+async def visible_card(
+    registry: Registry, caller: Caller | None, tenant: str, agent_id: str, *, base_url: str
+) -> CachedResponse:
+    """The encoded A2A public card of an agent the caller may see; 404 otherwise. The card is the
+    same for everyone who may see it: cached per process, the visibility check runs every time."""
+    key = ("agent-card", base_url)
+    entry = registry.responses.get(key, registry.watcher.cache_seq(), time.monotonic())
+    if entry is None:
+        async with registry.pool.acquire() as conn:
+            seq, next_effective = await capability_queries.snapshot_bounds(conn)
+            agent = await agent_queries.get_agent(conn, tenant, agent_id)
+            rows = await capability_queries.latest_per_skill(conn, tenant, agent_id, detail=True) if agent else []
+        if agent is None:
+            raise refused(not_found("agent"))
+        card = public_agent_card(agent["card"], [capability_version(row) for row in rows], base_url=base_url)
+        body = msgspec.json.encode(card)
+        entry = CachedResponse(
+            body=body, etag=etag_of(body), seq=seq,
+            expires=expiry(time.monotonic(), datetime.now(timezone.utc), [next_effective]),
+            extra=(agent["visibility"], tuple(agent["shared_with"])),
+        )
+        registry.responses.put(key, entry, registry.watcher.cache_seq())
+    return _visible(caller, tenant, entry)
+
+
+async def skill_versions(
+    registry: Registry, caller: Caller | None, tenant: str, agent_id: str, skill_id: str
+) -> list[PublicCapability]:
+    """Every version of a skill of an agent the caller may see, newest first; versions not yet
+    effective are not discoverable, so they stay hidden here too."""
+    agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
+    if agent is None or not can_see(
+        caller, tenant=agent["tenant"], visibility=agent["visibility"], shared_with=agent["shared_with"]
+    ):
+        raise refused(not_found("agent"))
+    rows = await capability_queries.skill_versions(registry.pool, tenant, agent_id, skill_id)
+    now = datetime.now(timezone.utc)
+    items = [public_capability(r) for r in rows if r["effective_at"] is None or r["effective_at"] <= now]
+    if not items:
+        raise refused(not_found("skill"))
+    return items
+
+
+async def heartbeat(registry: Registry, caller: Caller, renewal: LeaseRenewal) -> datetime:
+    """Renew an instance's liveness lease (batched, db.leases); when it now expires. Not audited
+    (docs/audit.md: liveness is not a decision)."""
+    visible = caller.tenant == renewal.tenant
+    if not visible:  # another tenant's agent: whether the caller may know it exists decides 404 or 403
+        agent = await agent_queries.get_agent(registry.pool, renewal.tenant, renewal.agent_id)
+        visible = agent is not None and can_see(
+            caller, tenant=renewal.tenant, visibility=agent["visibility"], shared_with=agent["shared_with"]
+        )
+    refusal = check_heartbeat(caller, renewal.tenant, agent_visible=visible)
+    if refusal is not None:
+        raise refused(refusal)
+    expires_at = await registry.leases.renew(renewal)
+    if expires_at is None:  # not registered: the instance registers, then heartbeats again
+        raise refused(not_found("agent; register it first"))
+    return expires_at
+

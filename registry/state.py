@@ -1,0 +1,112 @@
+"""The app state: what every request shares, created once per process by the app's lifespan
+(registry.app) — settings, the pool, the keyring (kept current across replicas), the token verifier,
+the group commit for audited writes, batched lease renewals, the per-process caches and the change
+watcher (registry.change_watcher). Authenticating a request's caller is registry.authentication.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+
+import asyncpg
+from litestar import Request
+
+from auth.issuers import IssuerKeyRefresher, load_external_issuers
+from auth.keys import Keyring, load_keyring
+from auth.tokens import TokenVerifier
+from db.group_commit import GroupCommit
+from db.leases import LeaseRenewals
+from registry.change_watcher import ChangeWatcher
+from registry.config import Settings
+from registry.response_cache import ResponseCache
+
+log = logging.getLogger("capreg")
+
+# An unknown kid reloads the keyring at most this often (a rotation elsewhere is also NOTIFYed).
+_KEYRING_REFRESH_SECONDS = 5.0
+# A safety net under the NOTIFY: the keyring is reloaded at least this often.
+_KEYRING_POLL_SECONDS = 30.0
+
+
+class Registry:
+    """Everything a request handler shares with the others, created once per process by the app's lifespan."""
+
+    def __init__(self, settings: Settings, pool: asyncpg.Pool, keyring: Keyring, watcher: ChangeWatcher):
+        self.settings = settings
+        self.pool = pool
+        self.keyring = keyring
+        self.watcher = watcher
+        self.verifier = TokenVerifier(
+            keyring=keyring,
+            issuer=settings.issuer,
+            audience=settings.audience,
+            external=load_external_issuers(settings.trusted_issuers),
+        )
+        self.issuer_keys = IssuerKeyRefresher(settings.trusted_issuers, self.verifier.external)
+        # Requests refused for want of a valid caller token, by reason (/metrics); never audited.
+        self.auth_failures: Counter[str] = Counter()
+        self._keyring_lock = asyncio.Lock()
+        self._keyring_reload: asyncio.Task | None = None
+        watcher.on_keys_changed = self.keys_changed
+        # Audited writes of concurrent requests share one transaction and commit (db.group_commit).
+        self.writes = GroupCommit(pool)
+        # Heartbeats of concurrent requests renewed in one statement and commit (db.leases).
+        self.leases = LeaseRenewals(pool)
+        # Discovery pages and public cards, valid for one change sequence number (registry.response_cache).
+        self.responses = ResponseCache()
+        # Rows behind detail releases, on the same terms (registry.skill_records.skill_record).
+        self.release_cache = ResponseCache()
+
+    @property
+    def verified(self):
+        """The one cache of verified caller tokens and tickets (auth.tokens.VerifiedTokens)."""
+        return self.verifier.cache
+
+    async def refresh_keyring(self, *, force: bool = False) -> None:
+        """Reload keys (another replica may have rotated); at most every few seconds unless forced."""
+        async with self._keyring_lock:
+            if not force and time.monotonic() - self.keyring.loaded_at < _KEYRING_REFRESH_SECONDS:
+                return
+            self.keyring = await load_keyring(self.pool)
+            self.verifier.keyring = self.keyring
+
+    def keys_changed(self) -> None:
+        """A rotation was committed somewhere: reload now, so a removed key stops verifying at once
+        (cached verifications re-check their kid against the keyring)."""
+        if self._keyring_reload is None or self._keyring_reload.done():
+            self._keyring_reload = asyncio.create_task(self._reload_keyring())
+
+    async def _reload_keyring(self) -> None:
+        try:
+            await self.refresh_keyring(force=True)
+        except Exception as exc:  # the poll below tries again
+            log.warning("keyring reload failed: %r", exc)
+
+    async def watch_keys(self) -> None:
+        """Background: the keyring and external issuers' key sets, kept current."""
+        refresher = asyncio.create_task(self.issuer_keys.run())
+        try:
+            while True:
+                await asyncio.sleep(_KEYRING_POLL_SECONDS)
+                await self._reload_keyring()
+        finally:
+            refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await refresher
+
+    def public_url(self, request: Request) -> str:
+        if self.settings.public_url:
+            return self.settings.public_url
+        return str(request.base_url).rstrip("/")
+
+
+def registry_of(request: Request) -> Registry:
+    return request.app.state.registry
+
+
+def trace_id_of(request: Request) -> str | None:
+    return request.scope.get("state", {}).get("trace_id")
