@@ -21,7 +21,7 @@ from registry.cards import public_agent_card
 from registry.discovery import agent_view, capability_version, public_capability
 from registry.problems import ProblemError, refused
 from registry.records import AgentRegistration, PublicCapability, agent_ref
-from registry.refusals import refuse
+from registry.refusals import REFUSED, refuse
 from registry.registration import (
     RegistrationResult,
     VersionRef,
@@ -177,9 +177,11 @@ async def skill_versions(
     return items
 
 
-async def heartbeat(registry: Registry, caller: Caller, renewal: LeaseRenewal) -> datetime:
-    """Renew an instance's liveness lease (batched, db.leases); when it now expires. Not audited
-    (docs/audit.md: liveness is not a decision)."""
+async def heartbeat(registry: Registry, caller: Caller, renewal: LeaseRenewal, *, trace_id: str | None = None) -> datetime:
+    """Renew an instance's liveness lease (batched, db.leases); when it now expires. A renewal is not
+    audited (docs/audit.md: liveness is not a decision); a refusal by policy is, as `request.refused`.
+    A heartbeat for an unregistered agent of the caller's own tenant is a plain 404, not audited, so
+    a storm of them after a restart costs no more than valid heartbeats."""
     visible = caller.tenant == renewal.tenant
     if not visible:  # another tenant's agent: whether the caller may know it exists decides 404 or 403
         agent = await agent_queries.get_agent(registry.pool, renewal.tenant, renewal.agent_id)
@@ -188,7 +190,8 @@ async def heartbeat(registry: Registry, caller: Caller, renewal: LeaseRenewal) -
         )
     refusal = check_heartbeat(caller, renewal.tenant, agent_visible=visible)
     if refusal is not None:
-        raise refused(refusal)
+        raise await refuse(registry, caller, refused(refusal), event_type=REFUSED, tenant=renewal.tenant,
+                           ref=agent_ref(renewal.tenant, renewal.agent_id), trace_id=trace_id)
     expires_at = await registry.leases.renew(renewal)
     if expires_at is None:  # not registered: the instance registers, then heartbeats again
         raise refused(not_found("agent; register it first"))

@@ -16,7 +16,7 @@ from db import approvals as approval_queries
 from db.group_commit import WriteScope
 from db.audit_events import AuditEvent
 from registry.problems import refused
-from registry.refusals import refuse
+from registry.refusals import REFUSED, refuse
 from registry.state import Registry
 from registry.tickets import (
     AlreadyCollected,
@@ -65,7 +65,8 @@ async def decide(
     approval = await approval_queries.get_approval(registry.pool, approval_id)
     refusal = check_approval_decider(caller, parties_of(approval))
     if refusal is not None and refusal.code == NOT_FOUND_CODE:
-        raise refused(refusal)  # nothing to attribute it to: the caller may not know the approval exists
+        # Recorded for the caller's own tenant's auditors; the event names no approval it may not know of.
+        raise await refuse(registry, caller, refused(refusal), event_type=DECIDED, tenant=None, trace_id=trace_id)
     if refusal is not None:
         raise await refuse(registry, caller, refused(refusal), event_type=DECIDED, tenant=approval["tenant"],
                            ref=approval["ref"], scopes=sorted(set(approval["scopes"])),
@@ -92,8 +93,8 @@ async def read(registry: Registry, caller: Caller, approval_id: str, *, trace_id
     first read after approval collects the ticket."""
     approval = await approval_queries.get_approval(registry.pool, approval_id)
     refusal = check_approval_reader(caller, parties_of(approval))
-    if refusal is not None:
-        raise refused(refusal)
+    if refusal is not None:  # 404 to anyone else: recorded for the caller's own tenant's auditors
+        raise await refuse(registry, caller, refused(refusal), event_type=REFUSED, tenant=None, trace_id=trace_id)
     if caller.principal != approval["requester"] or approval["status"] != "approved":
         return approval_view(approval)
     # Collect: the ticket is minted now, for the version that was approved, with every check re-run

@@ -14,6 +14,7 @@ from auth.policy import check_scope
 from auth.principal import Caller
 from auth.tokens import InvalidToken
 from registry.problems import ProblemError, invalid_token, refused
+from registry.refusals import refuse_request
 from registry.state import Registry, registry_of
 
 # The scheme of an Authorization header (any case), then whitespace, then the token.
@@ -72,12 +73,13 @@ async def optional_caller(request: Request) -> Caller | None:
 
 async def authenticate(request: Request, scope: str | None = None) -> Caller:
     """The verified caller of an endpoint that needs one: 401 `invalid_token` without a token (counted,
-    not audited), 403 `insufficient_scope` when `scope` is named and not held (auth.policy.check_scope)."""
+    not audited), 403 `insufficient_scope` (audited as `request.refused`) when `scope` is named and
+    not held (auth.policy.check_scope)."""
     caller = await optional_caller(request)
     if caller is None:
         registry_of(request).auth_failures["missing"] += 1
         raise invalid_token("this endpoint needs a bearer token")
     refusal = check_scope(caller, scope)
-    if refusal is not None:
-        raise refused(refusal)
+    if refusal is not None:  # an identified caller refused: audited like every other refusal
+        raise await refuse_request(request, caller, refused(refusal))
     return caller

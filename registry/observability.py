@@ -40,7 +40,7 @@ class RequestMetrics:
         # (method, path template, status) -> [count, seconds sum, per-bucket counts]
         self._series: dict[tuple[str, str, str], list] = {}
         self.gauges: list[tuple[str, str, Callable[[], float]]] = []
-        # Requests refused for want of a valid caller token, by reason (registry.service.Registry).
+        # Requests refused for want of a valid caller token, by reason (registry.authentication).
         self.auth_failures: dict[str, int] = {}
         self.shared_dir = Path(shared_dir) if shared_dir else None
         self._snapshot_path = self.shared_dir / f"worker-{os.getpid()}.json" if self.shared_dir else None

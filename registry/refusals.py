@@ -10,13 +10,24 @@ An unauthenticated caller is never audited: who asked is unknown, and anyone cou
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
+from litestar import Request
+
+from auth.identifiers import TENANT_PATTERN
 from auth.principal import Caller
 from db.audit_events import AuditEvent
+from db.unstorable import escaped
 from registry.problems import ProblemError
-from registry.state import Registry
+from registry.state import Registry, registry_of
 from registry.tracing import current_request_id
+
+# A refusal that belongs to no operation's own event type: an endpoint's scope, a malformed or
+# unstorable request, a heartbeat refused by policy. Its ref is the method and path.
+REFUSED = "request.refused"
+_TENANT_IN_PATH = re.compile(r"^/v1/agents/([^/]+)/")
+_TENANT = re.compile(TENANT_PATTERN)
 
 
 async def refuse(
@@ -43,3 +54,18 @@ async def refuse(
     )])
     error.audited = True  # type: ignore[attr-defined]
     return error
+
+
+async def refuse_request(
+    request: Request, caller: Caller | None, error: ProblemError, *, reason: str | None = None
+) -> ProblemError:
+    """`refuse` as `request.refused`: the tenant named by the path (when it names a valid one), the
+    method and path (escaped, bounded) as the ref."""
+    path = request.scope["path"]
+    match = _TENANT_IN_PATH.match(path)
+    tenant = match.group(1) if match and _TENANT.match(match.group(1)) else None
+    return await refuse(
+        registry_of(request), caller, error, event_type=REFUSED, tenant=tenant,
+        ref=escaped(f"{request.method} {path}")[:1024], reason=reason,
+        trace_id=request.scope.get("state", {}).get("trace_id"),
+    )

@@ -12,7 +12,6 @@ an integer is expected is 400 (litestar's own body parsing converts leniently).
 
 from __future__ import annotations
 
-import re
 from typing import Any, TypeVar
 from urllib.parse import unquote_to_bytes
 
@@ -24,16 +23,12 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 
 from registry.authentication import optional_caller
 from registry.problems import ErrorItem, ProblemError, decode_error_item, invalid_request, send_problem
-from registry.records import TENANT_PATTERN
-from registry.refusals import refuse
 from db.unstorable import escaped, unstorable
+from registry.refusals import refuse_request
 from registry.storable import unstorable_pointer
 
 T = TypeVar("T")
 
-REFUSED = "request.refused"
-_TENANT_IN_PATH = re.compile(r"^/v1/agents/([^/]+)/")
-_TENANT = re.compile(TENANT_PATTERN)
 
 
 def _unstorable_part(scope: Scope) -> ErrorItem | None:
@@ -52,17 +47,11 @@ def _unstorable_part(scope: Scope) -> ErrorItem | None:
 async def refuse_unstorable(request: Request, item: ErrorItem) -> ProblemError:
     """The 400 for an unstorable value; audited (escaped) when the caller is authenticated."""
     error = invalid_request("the request contains a value that cannot be stored", [item])
-    registry = request.app.state.registry
     try:
         caller = await optional_caller(request)
     except ProblemError:
         caller = None
-    path = request.scope["path"]
-    tenant = match.group(1) if (match := _TENANT_IN_PATH.match(path)) and _TENANT.match(match.group(1)) else None
-    error = await refuse(
-        registry, caller, error, event_type=REFUSED, tenant=tenant, ref=escaped(f"{request.method} {path}")[:1024],
-        reason=f"invalid_request: {escaped(item.path)}"[:512], trace_id=request.scope.get("state", {}).get("trace_id"),
-    )
+    error = await refuse_request(request, caller, error, reason=f"invalid_request: {escaped(item.path)}"[:512])
     error.audited = True  # type: ignore[attr-defined]  # anonymous: nothing to record, nor later
     return error
 

@@ -483,7 +483,8 @@ async def revoke(registry: Registry, caller: Caller, jti: str, *, trace_id: str 
     )
     refusal = check_revoke(caller, parties)
     if refusal is not None and refusal.code == NOT_FOUND_CODE:
-        raise refused(refusal)  # nothing to attribute it to: the caller may not know the ticket exists
+        # Recorded for the caller's own tenant's auditors; the event names no ticket it may not know of.
+        raise await refuse(registry, caller, refused(refusal), event_type=REVOKED, tenant=None, trace_id=trace_id)
     if refusal is not None:
         raise await refuse(registry, caller, refused(refusal), event_type=REVOKED, tenant=ticket["tenant"],
                            ref=ticket["ref"], scopes=sorted(set(ticket["scopes"])), on_behalf_of=ticket["on_behalf_of"],

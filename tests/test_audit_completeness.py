@@ -152,7 +152,8 @@ async def test_tickets_and_approvals(walk, client, mint, tenant, other_tenant):
     await walk.expect("POST", "/v1/tickets", router, 400, [("ticket.denied", "denied", "invalid_request")], ticket_body(tenant, scopes=[]))
     await walk.expect("POST", "/v1/tickets/introspect", router, 200, [], {"ticket": root["ticket"]})
 
-    await walk.expect("POST", f"/v1/tickets/{root['jti']}/revoke", mint(other_tenant, "x", "registry:admin"), 404, [])
+    await walk.expect("POST", f"/v1/tickets/{root['jti']}/revoke", mint(other_tenant, "x", "registry:admin"), 404,
+                      [("ticket.revoked", "denied", "not_found")])  # for the caller's own auditors
     await walk.expect("POST", f"/v1/tickets/{root['jti']}/revoke", mint(tenant, "someone"), 403,
                       [("ticket.revoked", "denied", "insufficient_scope")])
     revoked = await walk.expect("POST", f"/v1/tickets/{root['jti']}/revoke", router, 200, [
@@ -174,6 +175,25 @@ async def test_tickets_and_approvals(walk, client, mint, tenant, other_tenant):
     other = (await walk.expect("POST", "/v1/tickets", router, 202, [("approval.requested", "allowed", None)], reverse)).json()
     await walk.expect("POST", f"/v1/approvals/{other['approvalId']}/deny", mint(tenant, "ops", "registry:admin"), 200,
                       [("approval.decided", "denied", "approval_denied")])
+
+
+async def test_refusals_outside_an_operations_own_events(walk, mint, tenant, other_tenant):
+    """An endpoint's scope, a heartbeat refused by policy, and an approval the caller may not read:
+    each refusal of an identified caller is recorded as `request.refused` (a renewal is not, nor the
+    404 of a heartbeat for an agent not registered yet)."""
+    publisher = mint(tenant, "publisher", "registry:publish")
+    await walk.expect("PUT", f"/v1/agents/{tenant}/billing-agent", publisher, 201,
+                      [("agent.registered", "allowed", None), ("version.published", "allowed", None),
+                       ("version.published", "allowed", None)], BILLING)
+    await walk.expect("GET", "/v1/audit/events", mint(tenant, "router", "registry:read"), 403,
+                      [("request.refused", "denied", "insufficient_scope")])
+    beat = {"instanceId": "i-1", "ttlSeconds": 30}
+    await walk.expect("POST", f"/v1/agents/{tenant}/billing-agent/heartbeat", publisher, 200, [], beat)
+    await walk.expect("POST", f"/v1/agents/{tenant}/never-registered/heartbeat", publisher, 404, [], beat)
+    await walk.expect("POST", f"/v1/agents/{tenant}/billing-agent/heartbeat", mint(other_tenant, "p", "registry:publish"),
+                      403, [("request.refused", "denied", "tenant_mismatch")], beat)
+    await walk.expect("GET", f"/v1/approvals/{secrets.token_hex(8)}", publisher, 404,
+                      [("request.refused", "denied", "not_found")])
 
 
 async def test_a_tenants_auditor_can_export_every_event_about_it(walk, client, mint, tenant, other_tenant):

@@ -158,7 +158,8 @@ async def heartbeat(request: Request, tenant: TenantPath, agent_id: AgentPath) -
     caller = await authenticate(request, PUBLISH_SCOPE)
     data = await read_body(request, Heartbeat)
     expires_at = await agents.heartbeat(
-        registry, caller, LeaseRenewal(tenant, agent_id, data.instance_id, data.url, data.ttl_seconds, data.load)
+        registry, caller, LeaseRenewal(tenant, agent_id, data.instance_id, data.url, data.ttl_seconds, data.load),
+        trace_id=trace_id_of(request),
     )
     return HeartbeatResponse(health="healthy", expires_at=expires_at)
 
