@@ -23,7 +23,6 @@ transaction, so whatever failed fails only its own request.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from typing import Any, TypeVar
 import asyncpg
 
 from db.audit import append_events
+from db.batching import BatchQueue
 from db.audit_events import AuditEvent
 from db.changes import record_changes
 
@@ -77,38 +77,16 @@ class RowInsert:
     events: list[AuditEvent]
 
 
-class GroupCommit:
+class GroupCommit(BatchQueue["Write | RowInsert | list[AuditEvent]"]):
+    """Audited writes of concurrent requests in one transaction and one commit (the module docstring)."""
+
     def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 128, concurrency: int = 3):
+        super().__init__(max_batch=max_batch, concurrency=concurrency)
         self.pool = pool
-        self.max_batch = max_batch
-        # Batches in flight at once: one runs its writes while another waits for its commit to be durable.
-        self._slots = asyncio.Semaphore(concurrency)
-        self._batches: set[asyncio.Task] = set()
-        # Each entry: a write, a row to insert, or a list of audit events to append on their own.
-        self._queue: list[tuple[Write | RowInsert | list[AuditEvent], asyncio.Future]] = []
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        if self._batches:
-            await asyncio.gather(*self._batches, return_exceptions=True)
-        for _, future in self._queue:
-            if not future.done():
-                future.set_exception(ConnectionError("the registry is shutting down"))
 
     async def run(self, write: Callable[[WriteScope], Awaitable[T]]) -> T:
         """Run `write` in the next batch; returns its result once the batch has committed."""
-        future = asyncio.get_running_loop().create_future()
-        self._queue.append((write, future))
-        self._wake.set()
-        return await future
+        return await self._enqueue(write)
 
     async def insert(self, table: str, row: dict[str, Any], events: list[AuditEvent]) -> None:
         """Insert `row` into `table` and append `events` in the next batch; durable when this returns.
@@ -117,30 +95,11 @@ class GroupCommit:
         they skip the savepoint and its two round trips. Should the batch's insert fail anyway,
         the batch is run again write by write, so the failure stays this request's own.
         """
-        future = asyncio.get_running_loop().create_future()
-        self._queue.append((RowInsert(table, row, list(events)), future))
-        self._wake.set()
-        await future
+        await self._enqueue(RowInsert(table, row, list(events)))
 
     async def record(self, events: list[AuditEvent]) -> None:
         """Append audit events on their own (refusals, releases): durable when this returns."""
-        future = asyncio.get_running_loop().create_future()
-        # Events alone: nothing to roll back, no savepoint.
-        self._queue.append((list(events), future))
-        self._wake.set()
-        await future
-
-    async def _run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._queue:
-                await self._slots.acquire()
-                batch = self._queue[: self.max_batch]
-                del self._queue[: self.max_batch]
-                task = asyncio.create_task(self._settle(batch))
-                self._batches.add(task)
-                task.add_done_callback(self._batches.discard)
+        await self._enqueue(list(events))  # events alone: nothing to roll back, no savepoint
 
     async def _settle(self, batch: list[tuple[Write | list[AuditEvent], asyncio.Future]]) -> None:
         try:

@@ -16,61 +16,26 @@ all the same, each renewal is retried alone, so one request can never fail anoth
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from datetime import datetime
 
 import asyncpg
 
 from db.agents import LeaseRenewal, renew_leases
+from db.batching import BatchQueue
 from db.changes import CHANGE_CHANNEL, LOCAL_CHANGE_LISTENERS
 
 log = logging.getLogger("capreg.db")
 
 
-class LeaseRenewals:
+class LeaseRenewals(BatchQueue[LeaseRenewal]):
     def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 512, concurrency: int = 4):
+        super().__init__(max_batch=max_batch, concurrency=concurrency)
         self.pool = pool
-        self.max_batch = max_batch
-        # Batches in flight at once: one writes while another waits for its commit to be durable.
-        self._slots = asyncio.Semaphore(concurrency)
-        self._queue: list[tuple[LeaseRenewal, asyncio.Future]] = []
-        self._batches: set[asyncio.Task] = set()
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        if self._batches:
-            await asyncio.gather(*self._batches, return_exceptions=True)
-        for _, future in self._queue:
-            if not future.done():
-                future.set_exception(ConnectionError("the registry is shutting down"))
 
     async def renew(self, renewal: LeaseRenewal) -> datetime | None:
         """The lease's new expiry once it is durable, or None when the agent is not registered."""
-        future = asyncio.get_running_loop().create_future()
-        self._queue.append((renewal, future))
-        self._wake.set()
-        return await future
-
-    async def _run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._queue:
-                await self._slots.acquire()
-                batch = self._queue[: self.max_batch]
-                del self._queue[: self.max_batch]
-                task = asyncio.create_task(self._settle(batch))
-                self._batches.add(task)
-                task.add_done_callback(self._batches.discard)
+        return await self._enqueue(renewal)
 
     async def _settle(self, batch: list[tuple[LeaseRenewal, asyncio.Future]]) -> None:
         try:

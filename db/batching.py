@@ -1,0 +1,60 @@
+"""The queue behind every batched write (db.group_commit, db.leases): requests enqueue an item and
+await its future; one task cuts the queue into batches of at most `max_batch` and runs up to
+`concurrency` of them at once (one writes while another waits for its commit to be durable).
+Subclasses say how a batch is written (`_settle`), and must release the slot it was given."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, Generic, TypeVar
+
+Item = TypeVar("Item")
+
+
+class BatchQueue(Generic[Item]):
+    def __init__(self, *, max_batch: int, concurrency: int):
+        self.max_batch = max_batch
+        self._slots = asyncio.Semaphore(concurrency)
+        self._batches: set[asyncio.Task] = set()
+        self._queue: list[tuple[Item, asyncio.Future]] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        """Finish the batches in flight; whatever is still queued fails (the process is going away)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._batches:
+            await asyncio.gather(*self._batches, return_exceptions=True)
+        for _, future in self._queue:
+            if not future.done():
+                future.set_exception(ConnectionError("the registry is shutting down"))
+
+    async def _enqueue(self, item: Item) -> Any:
+        """Queue `item` for the next batch; its outcome once the batch is written."""
+        future = asyncio.get_running_loop().create_future()
+        self._queue.append((item, future))
+        self._wake.set()
+        return await future
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue:
+                await self._slots.acquire()
+                batch = self._queue[: self.max_batch]
+                del self._queue[: self.max_batch]
+                task = asyncio.create_task(self._settle(batch))
+                self._batches.add(task)
+                task.add_done_callback(self._batches.discard)
+
+    async def _settle(self, batch: list[tuple[Item, asyncio.Future]]) -> None:
+        """Write `batch`, settle every future, and release the slot (`self._slots.release()`)."""
+        raise NotImplementedError
