@@ -21,6 +21,7 @@ from db.pool import create_pool
 from registry.config import Settings, load_settings
 from registry.problems import handle_exception
 from registry.routes import agents, approvals, audit, console, discovery, mcp, ops, release, tickets, versions
+from registry import audit_chain
 from registry.change_watcher import ChangeWatcher
 from registry.state import Registry
 from registry.observability import RequestMetrics, observability_middleware
@@ -55,7 +56,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 ("capreg_db_pool_idle", "idle connections in the pool", pool.get_idle_size),
             ]
             metrics.auth_failures = registry.auth_failures
-            checkpoints = audit.start_checkpoints(registry)
+            checkpoints = audit_chain.start_checkpoints(registry)
             chores = [asyncio.create_task(registry.watch_keys()), asyncio.create_task(run_housekeeping(registry))]
             if metrics.shared_dir:  # capreg serve --workers N: this worker's metrics, for every scrape
                 chores.append(asyncio.create_task(metrics.share()))
@@ -65,7 +66,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 for chore in chores:
                     chore.cancel()
                 await asyncio.gather(*chores, return_exceptions=True)
-                await audit.stop_checkpoints(checkpoints)
+                await audit_chain.stop_checkpoints(checkpoints)
                 await registry.leases.stop()
                 await registry.writes.stop()
                 await watcher.stop()

@@ -1,5 +1,7 @@
 """Checking the stored audit chain and signing its head: the I/O shell around registry.audit (hash
-links) and registry.checkpoints (signed heads), shared by `capreg audit verify|checkpoint` and the server.
+links) and registry.checkpoints (signed heads), shared by `capreg audit verify|checkpoint` and the server,
+and the audit service's chain operations: the verification report (`verify_chain`, one at a time per
+process), the latest checkpoint (`latest_checkpoint`) and the server's checkpoint writer.
 
 Reads stream in keyset batches, so memory stays constant however long the log is. Reads stop at the
 head row read first: every event up to a committed head is itself committed (both are written in one
@@ -9,10 +11,11 @@ transaction), so concurrent appends never look like a broken chain.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import msgspec
@@ -27,8 +30,14 @@ from registry.checkpoints import (
     CheckpointInvalid,
     checkpoint_claims,
     checkpoint_from_row,
+    jwks_keys,
     verify_checkpoint,
 )
+from registry.problems import ProblemError
+from registry.wire import Wire
+
+if TYPE_CHECKING:
+    from registry.state import Registry
 
 log = logging.getLogger("capreg.audit")
 
@@ -140,7 +149,81 @@ async def make_checkpoint(conn: asyncpg.Connection, keyring, issuer: str) -> Che
     return checkpoint_from_row(stored)
 
 
-async def checkpoint_periodically(registry, interval: float) -> None:
+class ChainVerification(Wire):
+    """The stored chain checked from genesis (registry/audit_chain.py, as `capreg audit verify`)."""
+
+    verified: bool
+    events: int
+    head_seq: int
+    checkpoint: Checkpoint | None  # the latest stored signed checkpoint
+    checkpoint_signature_valid: bool | None  # None when there is no checkpoint yet
+    first_bad_seq: int | None
+    problem: str | None
+
+
+async def verify_chain(registry: Registry) -> ChainVerification:
+    """The whole stored chain verified as `capreg audit verify` does, with the latest checkpoint."""
+    # Single flight: the check reads the whole log, so a burst of callers costs one read, not many.
+    running = registry.chain_verification
+    if running is None or running.done():
+        running = asyncio.ensure_future(_verify_chain(registry))
+        registry.chain_verification = running
+    return await asyncio.shield(running)
+
+
+async def _verify_chain(registry: Registry) -> ChainVerification:
+    async with registry.pool.acquire() as conn:
+        keys = jwks_keys(await checkpoint_queries.every_public_key(conn))
+        report = await verify_stored_chain(conn, keys)
+        row = await checkpoint_queries.latest_checkpoint(conn)
+    checkpoint = checkpoint_from_row(row) if row is not None else None
+    signature_valid = None
+    if checkpoint is not None:
+        try:
+            verify_checkpoint(checkpoint, keys)
+            signature_valid = True
+        except CheckpointInvalid:
+            signature_valid = False
+    breach = report.breach
+    return ChainVerification(
+        verified=breach is None, events=report.events, head_seq=report.head_seq, checkpoint=checkpoint,
+        checkpoint_signature_valid=signature_valid,
+        first_bad_seq=breach.seq if breach is not None else None, problem=breach.problem if breach is not None else None,
+    )
+
+
+async def latest_checkpoint(registry: Registry) -> Checkpoint:
+    """The latest stored checkpoint; when there is none yet, or its key has left the JWKS, the head
+    signed now (503 retryable_unavailable when the log does not verify)."""
+    await registry.refresh_keyring()
+    row = await checkpoint_queries.latest_checkpoint(registry.pool)
+    if row is not None and row["kid"] in registry.keyring.public:
+        return checkpoint_from_row(row)
+    try:
+        async with registry.pool.acquire() as conn:
+            return await make_checkpoint(conn, registry.keyring, registry.settings.issuer)
+    except ChainBroken as exc:
+        raise ProblemError(503, "retryable_unavailable", f"no checkpoint can be signed: {exc}",
+                           headers={"Retry-After": "60"}) from None
+
+
+def start_checkpoints(registry: Registry) -> asyncio.Task | None:
+    """The server's checkpoint writer (CAPREG_CHECKPOINT_INTERVAL seconds; 0 disables it)."""
+    interval = registry.settings.checkpoint_interval
+    if interval <= 0:
+        return None
+    return asyncio.create_task(checkpoint_periodically(registry, interval))
+
+
+async def stop_checkpoints(task: asyncio.Task | None) -> None:
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+
+
+async def checkpoint_periodically(registry: Registry, interval: float) -> None:
     """The server's checkpoint writer: now, then every `interval` seconds (every replica may run one;
     they converge on one row per head and key)."""
     while True:

@@ -1,16 +1,19 @@
-"""The grant listing shared by `GET /v1/audit/grants` and `GET /v1/tickets`: one item shape, one
-definition of "active" (db/grants.py), one cursor. Pure shaping; no I/O."""
+"""The grant listing shared by `GET /v1/audit/grants` and `GET /v1/tickets`: one query (`grant_listing`)
+with one definition of "active" (db/grants.py), one item shape, one cursor."""
 
 from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-
+from db import grants as grant_queries
 from registry.cursors import decode_cursor, encode_cursor
 from registry.problems import ErrorItem, invalid_request
 from registry.wire import Wire
+
+if TYPE_CHECKING:
+    from registry.state import Registry
 
 _JTI = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -42,7 +45,28 @@ class GrantPage(Wire):
 GrantOrder = Literal["issued", "expiry"]
 
 
-def grant_page(rows, limit: int, order: GrantOrder = "issued") -> GrantPage:
+async def grant_listing(
+    registry: Registry,
+    viewer_tenant: str,
+    *,
+    active: bool | None,
+    actor: str | None,
+    skill: str | None,
+    scope: str | None,
+    limit: int,
+    cursor: str | None,
+    order: GrantOrder = "issued",
+) -> GrantPage:
+    """One page of the tickets whose capability tenant or minting caller's tenant is `viewer_tenant`
+    (`active` None: both live and inactive ones); 400 for a cursor of another order or registry."""
+    rows = await grant_queries.tenant_grants(
+        registry.pool, viewer_tenant=viewer_tenant, active=active, actor=actor, skill=skill, scope=scope,
+        after=_grant_position(cursor, order) if cursor else None, limit=limit + 1, order=order,
+    )
+    return _grant_page(rows, limit, order)
+
+
+def _grant_page(rows, limit: int, order: GrantOrder = "issued") -> GrantPage:
     """A page from up to `limit + 1` rows of db.grants.tenant_grants in `order` (the extra one says
     there is more)."""
     items = [
@@ -62,7 +86,7 @@ def _grant_cursor(grant: Grant, order: GrantOrder) -> str:
     return encode_cursor([grant.issued_at, grant.jti] if order == "issued" else [grant.expires_at, grant.jti, "expiry"])
 
 
-def grant_position(cursor: str, order: GrantOrder = "issued") -> tuple[datetime, str]:
+def _grant_position(cursor: str, order: GrantOrder = "issued") -> tuple[datetime, str]:
     """The (sort key, jti) a cursor of `order` resumes after; 400 for any other string."""
     shape = tuple[datetime, str] if order == "issued" else tuple[datetime, str, Literal["expiry"]]
     at, jti, *_ = decode_cursor(cursor, shape)

@@ -60,6 +60,9 @@ class Registry:
         self.responses = ResponseCache()
         # Rows behind detail releases, on the same terms (registry.skill_records.skill_record).
         self.release_cache = ResponseCache()
+        # The running verification of the whole audit chain, shared by concurrent callers
+        # (registry.audit_chain.verify_chain).
+        self.chain_verification: asyncio.Future | None = None
 
     @property
     def verified(self):

@@ -17,10 +17,9 @@ from litestar import Request, Response, get, post
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import HeaderParameter, PathParameter, QueryParameter
 
-from db import grants as grant_queries
 from registry.authentication import authenticate
 from registry import tickets
-from registry.grants import GrantPage, grant_page, grant_position
+from registry.grants import GrantPage, grant_listing
 from registry.problems import ProblemError, problem_responses
 from registry.refusals import refuse
 from registry.request_guard import body_schema, read_body
@@ -126,12 +125,10 @@ async def list_tickets(
 ) -> GrantPage:
     registry = registry_of(request)
     caller = await authenticate(request, "audit:read")
-    # The grant report's query and shape: one definition of "active" for both listings.
-    rows = await grant_queries.tenant_grants(
-        registry.pool, viewer_tenant=caller.tenant, active=active, actor=actor, skill=skill, scope=granted_scope,
-        after=grant_position(cursor) if cursor else None, limit=limit + 1,
+    # The grant report's listing: one definition of "active" for both.
+    return await grant_listing(
+        registry, caller.tenant, active=active, actor=actor, skill=skill, scope=granted_scope, limit=limit, cursor=cursor,
     )
-    return grant_page(rows, limit)
 
 
 ROUTES = [create_ticket, introspect, revoke_ticket, list_tickets]
