@@ -1,5 +1,6 @@
-"""Discovery: public capability views, query parameters, cursors and ETags, and the one function
-that answers a discovery question (`discovery_page`) for the HTTP route and the MCP tool alike.
+"""Discovery: public capability views, query parameters, cursors and ETags, the one function
+that answers a discovery question (`discovery_page`) for the HTTP route and the MCP tool alike, and
+the change feed (`change_page`, long-polling).
 
 Public views are built from rows that never contain schemas, examples or endpoints, so nothing
 gated can leak through discovery by construction.
@@ -18,6 +19,7 @@ import msgspec
 
 from auth.principal import Caller
 from db import capabilities as capability_queries
+from db import changes as change_queries
 from registry.cursors import decode_cursor, encode_cursor
 from registry.problems import ErrorItem, ProblemError, invalid_request
 from registry.records import (
@@ -257,3 +259,38 @@ async def _query_page(registry: Registry, viewer: str | None, query: DiscoveryQu
     boundaries.append(next_effective)
     expires = expiry(time.monotonic(), datetime.now(timezone.utc), boundaries)
     return CachedResponse(body=body, etag=etag_for(body), seq=seq, expires=expires)
+
+
+# ---------------------------------------------------------------------------
+# The change feed
+
+
+class Change(Wire):
+    seq: int
+    kind: str
+    ref: str
+    at: object
+
+
+class ChangePage(Wire):
+    items: list[Change]
+    next: int
+
+
+async def change_page(registry: Registry, viewer: str | None, *, after: int, wait: float, limit: int) -> ChangePage:
+    """Committed changes after `after` on records `viewer` may see, waiting up to `wait` seconds for
+    one when there is none yet."""
+    deadline = time.monotonic() + wait
+    while True:
+        head = await change_queries.current_seq(registry.pool)
+        rows = await change_queries.changes_after(registry.pool, after, tenant=viewer, limit=limit, upto=head)
+        if rows:
+            # A full page continues after its last item; otherwise everything up to head was seen,
+            # including changes the caller may not see, which it need never rescan.
+            next_seq = rows[-1]["seq"] if len(rows) == limit else head
+            return ChangePage(items=[Change(**dict(r)) for r in rows], next=next_seq)
+        after = max(after, head)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return ChangePage(items=[], next=after)
+        await registry.watcher.wait(min(remaining, 1.0))

@@ -8,15 +8,16 @@ from typing import Annotated, Literal
 from litestar import Request, Response, get
 from litestar.params import QueryParameter
 
-from db import changes as change_queries
 from registry.authentication import optional_caller
 from registry.discovery import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
     QUERY_MAX_LENGTH,
     REGION_MAX_LENGTH,
+    ChangePage,
     DiscoveryPage,
     DiscoveryQuery,
+    change_page,
     discovery_page,
     etag_matches,
     viewer_tenant,
@@ -24,18 +25,6 @@ from registry.discovery import (
 from registry.problems import problem_responses
 from registry.response_cache import CachedResponse
 from registry.state import registry_of
-from registry.wire import Wire
-
-class Change(Wire):
-    seq: int
-    kind: str
-    ref: str
-    at: object
-
-
-class ChangePage(Wire):
-    items: list[Change]
-    next: int
 
 
 async def _viewer(request: Request) -> str | None:
@@ -108,20 +97,7 @@ async def changes(
     limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 500,
 ) -> ChangePage:
     registry = registry_of(request)
-    viewer = viewer_tenant(await optional_caller(request))
-    deadline = time.monotonic() + wait
-    while True:
-        head = await change_queries.current_seq(registry.pool)
-        rows = await change_queries.changes_after(registry.pool, after, tenant=viewer, limit=limit, upto=head)
-        if rows:
-            # A full page continues after its last item; otherwise everything up to head was seen,
-            # including changes the caller may not see, which it need never rescan.
-            next_seq = rows[-1]["seq"] if len(rows) == limit else head
-            return ChangePage(items=[Change(**dict(r)) for r in rows], next=next_seq)
-        after = max(after, head)
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return ChangePage(items=[], next=after)
-        await registry.watcher.wait(min(remaining, 1.0))
+    return await change_page(registry, await _viewer(request), after=after, wait=wait, limit=limit)
+
 
 ROUTES = [discover, changes]

@@ -4,19 +4,13 @@ from __future__ import annotations
 
 from litestar import Request, Response, get
 
-from db.migrate import pending_migrations
+from registry.readiness import Readiness, readiness
 from registry.state import registry_of
 from registry.wire import Wire
 
 
 class Health(Wire):
     status: str
-
-
-class Readiness(Wire):
-    status: str
-    database: str
-    pending_migrations: list[str]
 
 
 class Jwks(Wire):
@@ -30,18 +24,10 @@ async def healthz() -> Health:
 
 @get("/readyz", summary="Database reachable and migrations current")
 async def readyz(request: Request) -> Response[Readiness]:
-    registry = registry_of(request)
-    try:
-        async with registry.pool.acquire(timeout=2) as conn:
-            pending = await pending_migrations(conn)
-    except Exception:
-        return Response(Readiness(status="unavailable", database="unreachable", pending_migrations=[]),
-                        status_code=503, headers={"Retry-After": "2"})
-    ready = not pending
-    return Response(
-        Readiness(status="ready" if ready else "migrations pending", database="ok", pending_migrations=pending),
-        status_code=200 if ready else 503,
-    )
+    state = await readiness(registry_of(request))
+    if state.database == "unreachable":
+        return Response(state, status_code=503, headers={"Retry-After": "2"})
+    return Response(state, status_code=200 if state.status == "ready" else 503)
 
 
 @get("/.well-known/jwks.json", summary="capreg's public signing keys (current and still-valid previous)")
