@@ -177,11 +177,15 @@ async def skill_versions(
     return items
 
 
-async def heartbeat(registry: Registry, caller: Caller, renewal: LeaseRenewal, *, trace_id: str | None = None) -> datetime:
+async def heartbeat(
+    registry: Registry, caller: Caller, tenant: str, agent_id: str, *, instance_id: str, url: str | None,
+    ttl_seconds: int, load: float | None, trace_id: str | None = None,
+) -> datetime:
     """Renew an instance's liveness lease (batched, db.leases); when it now expires. A renewal is not
     audited (docs/audit.md: liveness is not a decision); a refusal by policy is, as `request.refused`.
     A heartbeat for an unregistered agent of the caller's own tenant is a plain 404, not audited, so
     a storm of them after a restart costs no more than valid heartbeats."""
+    renewal = LeaseRenewal(tenant, agent_id, instance_id, url, ttl_seconds, load)
     visible = caller.tenant == renewal.tenant
     if not visible:  # another tenant's agent: whether the caller may know it exists decides 404 or 403
         agent = await agent_queries.get_agent(registry.pool, renewal.tenant, renewal.agent_id)

@@ -12,7 +12,6 @@ from litestar import Request, Response, get, post, put
 from litestar.params import PathParameter
 
 from auth.policy import PUBLISH_SCOPE
-from db.agents import LeaseRenewal
 from registry.authentication import authenticate, optional_caller
 from registry import agents
 from registry.discovery import AgentView
@@ -158,8 +157,8 @@ async def heartbeat(request: Request, tenant: TenantPath, agent_id: AgentPath) -
     caller = await authenticate(request, PUBLISH_SCOPE)
     data = await read_body(request, Heartbeat)
     expires_at = await agents.heartbeat(
-        registry, caller, LeaseRenewal(tenant, agent_id, data.instance_id, data.url, data.ttl_seconds, data.load),
-        trace_id=trace_id_of(request),
+        registry, caller, tenant, agent_id, instance_id=data.instance_id, url=data.url,
+        ttl_seconds=data.ttl_seconds, load=data.load, trace_id=trace_id_of(request),
     )
     return HeartbeatResponse(health="healthy", expires_at=expires_at)
 
