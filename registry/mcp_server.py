@@ -23,7 +23,7 @@ import msgspec
 
 from auth.principal import Caller
 from registry import release
-from registry.refusals import refuse
+from registry.refusals import REFUSED, refuse
 from registry.tickets import DENIED as TICKET_DENIED
 from registry.tickets import (
     IDEMPOTENCY_KEY_MAX_LENGTH,
@@ -351,10 +351,15 @@ async def call_tool(call: Call, tool: Tool, arguments: dict[str, Any]) -> dict[s
     """Run a tool; refusals and unfit arguments become `isError` results carrying the problem body."""
     try:
         if tool.authenticated and call.caller is None:
+            call.registry.auth_failures["missing"] += 1  # counted like a 401 of the JSON API, not audited
             raise invalid_token("this tool needs a bearer token: send 'Authorization: Bearer <token>' on the MCP requests")
         try:
             if _has_nul(arguments):
-                raise invalid_request("arguments must not contain NUL characters", [ErrorItem(path="", message="NUL character")])
+                error = invalid_request("arguments must not contain NUL characters", [ErrorItem(path="", message="NUL character")])
+                if call.caller is not None:  # as on the JSON API: `request.refused`, never the tool's own event
+                    await refuse(call.registry, call.caller, error, event_type=REFUSED, tenant=None,
+                                 ref=f"POST /mcp {tool.name}", reason="invalid_request: NUL", trace_id=call.trace_id)
+                raise error
             try:
                 args = msgspec.convert(arguments, tool.arguments)
             except msgspec.ValidationError as exc:

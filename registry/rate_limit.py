@@ -97,6 +97,15 @@ def client_address(scope: Scope, trusted: tuple[Network, ...]) -> str:
     return str(nearest)
 
 
+def address_bucket(address: str) -> str:
+    """The bucket of a client address: an IPv6 client holds a whole /64 (it can pick any address in
+    it), so the /64 is one bucket; an IPv4 address is its own."""
+    parsed = _address(address)
+    if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is None:
+        return str(ipaddress.ip_network(f"{parsed}/64", strict=False))
+    return address
+
+
 def rate_limit_middleware(
     buckets: TokenBuckets, trusted_proxies: Sequence[str] = (), clock: Callable[[], float] = time.monotonic
 ) -> Callable[[ASGIApp], ASGIApp]:
@@ -115,7 +124,7 @@ def rate_limit_middleware(
                 )
             except ProblemError:
                 caller = None  # the handler answers 401; until then the address is all we know
-            key = ("caller", caller.issuer, caller.tenant, caller.sub) if caller else ("address", client_address(scope, trusted))
+            key = ("caller", caller.issuer, caller.tenant, caller.sub) if caller else ("address", address_bucket(client_address(scope, trusted)))
             wait = buckets.take(key, clock())
             if not wait:
                 await app(scope, receive, send)

@@ -167,7 +167,8 @@ def check_request(req: TicketRequest, *, max_ttl: int) -> None:
 
 
 def idempotency_of(caller: Caller, key: str | None, body: TicketRequestBody) -> Idempotency | None:
-    """The Idempotency-Key claim of a request, scoped to the caller's principal; the body is hashed canonically."""
+    """The Idempotency-Key claim of a request, scoped to the caller's identity (issuer, tenant and
+    sub: a partner issuer's `sub` never shares another's keys); the body is hashed canonically."""
     if key is None:
         return None
     if not 1 <= len(key) <= IDEMPOTENCY_KEY_MAX_LENGTH or not key.isascii() or not key.isprintable():
@@ -176,7 +177,7 @@ def idempotency_of(caller: Caller, key: str | None, body: TicketRequestBody) -> 
             [ErrorItem(path="header:Idempotency-Key", message="invalid idempotency key")],
         )
     body_hash = hashlib.sha256(msgspec.json.encode(body)).hexdigest()
-    return Idempotency(principal=caller.principal, key=key, body_hash=body_hash)
+    return Idempotency(principal=f"{caller.issuer} {caller.principal}", key=key, body_hash=body_hash)
 
 
 # ---------------------------------------------------------------------------

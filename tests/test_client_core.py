@@ -77,3 +77,46 @@ def test_card_bodies_from_an_a2a_card_plus_registry_fields():
     with pytest.raises(CapregError) as not_json:
         card_body(b"not json", {"visibility": "public"})
     assert not_json.value.code == "invalid_card"
+
+
+def test_a_malformed_ticket_header_is_invalid_ticket_never_another_error():
+    """PyJWT raises InvalidTokenError (not DecodeError) for a non-string kid or a `crit` header; an
+    agent's TicketAuthBackend must still answer 401, never 500."""
+    import base64
+
+    from registry.client import TicketVerifier
+
+    def b64(value: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+    verifier = TicketVerifier("http://127.0.0.1:9", audience="acme/billing-agent")
+    for header in ({"alg": "EdDSA", "typ": "capreg-ticket+jwt", "kid": 123},
+                   {"alg": "EdDSA", "typ": "capreg-ticket+jwt", "kid": "k", "crit": ["x"]}):
+        with pytest.raises(CapregError) as error:
+            verifier.verify(f"{b64(header)}.e30.AAAA")
+        assert (error.value.code, error.value.reason) == ("invalid_ticket", "malformed")
+
+
+def test_cached_keys_are_read_again_after_max_key_age_so_a_removed_key_stops_verifying():
+    import time as clock
+
+    import httpx
+
+    from registry.client import TicketVerifier
+
+    key_sets = [{"keys": [{"kty": "OKP", "crv": "Ed25519", "kid": "old", "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}]},
+                {"keys": []}]
+    fetches = []
+
+    def jwks(request: httpx.Request) -> httpx.Response:
+        fetches.append(request.url.path)
+        return httpx.Response(200, json=key_sets[min(len(fetches) - 1, 1)])
+
+    verifier = TicketVerifier("http://registry.test", audience="acme/a", max_key_age=0.05,
+                              http=httpx.Client(transport=httpx.MockTransport(jwks)))
+    assert verifier._key("old") is not None and len(fetches) == 1
+    assert verifier._key("old") is not None and len(fetches) == 1  # fresh: no fetch
+    clock.sleep(0.06)
+    with pytest.raises(CapregError) as error:
+        verifier._key("old")  # the registry no longer publishes it
+    assert error.value.reason == "unknown_key" and len(fetches) == 2

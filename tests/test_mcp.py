@@ -5,6 +5,7 @@ in the audit log; and malformed JSON-RPC, bad tokens and hostile bodies, none of
 from __future__ import annotations
 
 import json
+import secrets
 import os
 import subprocess
 import sys
@@ -218,8 +219,9 @@ async def test_transport_rules(client, mint, tenant):
     assert old.status_code == 400 and old.json()["error"]["code"] == -32600
     foreign = await post(client, rpc("tools/list"), {"Origin": "https://evil.example"})
     assert foreign.status_code == 403
-    same = await post(client, rpc("ping"), {"Origin": "http://registry.test"})
-    assert same.status_code == 200 and same.json()["result"] == {}
+    # Without CAPREG_PUBLIC_URL a hostname's own origin is what a DNS-rebinding page sends: refused.
+    rebound = await post(client, rpc("ping"), {"Origin": "http://registry.test"})
+    assert rebound.status_code == 403
     huge = await post(client, rpc("tools/call", {"name": "search_capabilities", "arguments": {"q": "x" * (2 << 20)}}))
     assert huge.status_code == 413 and huge.headers["content-type"] == "application/problem+json"
 
@@ -434,3 +436,28 @@ def test_bridge_answers_every_request_when_the_registry_is_unreachable():
     # One answer per request (the notification gets none), each a JSON-RPC error; stdout holds nothing else.
     assert sorted(str(a["id"]) for a in answers) == ["1", "None", "b"]
     assert all(a["error"]["code"] == -32603 and "unreachable" in a["error"]["message"] for a in answers)
+
+
+def test_a_browser_origin_must_be_the_registrys_own():
+    from registry.routes.mcp import _origin_allowed
+
+    assert _origin_allowed("https://capreg.example", "https://capreg.example", "http://10.0.0.5:8080/")
+    assert not _origin_allowed("http://evil.example:8080", "https://capreg.example", "http://evil.example:8080/")
+    # no public URL: only loopback and IP-literal hosts, which DNS rebinding cannot name
+    assert _origin_allowed("http://127.0.0.1:8080", None, "http://127.0.0.1:8080/")
+    assert _origin_allowed("http://localhost:8080", None, "http://localhost:8080/")
+    assert _origin_allowed("http://[::1]:8080", None, "http://[::1]:8080/")
+    assert not _origin_allowed("http://evil.example:8080", None, "http://evil.example:8080/")
+    assert not _origin_allowed("http://127.0.0.1:9999", None, "http://127.0.0.1:8080/")
+
+
+async def test_a_nul_in_tool_arguments_is_refused_and_audited_as_on_the_json_api(client, mint, tenant, db):
+    trace_id = secrets.token_hex(16)
+    headers = {**mint(tenant, "router", "registry:read"), "traceparent": f"00-{trace_id}-{'1' * 16}-01"}
+    for name in ("get_capability", "request_ticket"):
+        arguments = {"ref": f"{tenant}/a/b\x00"} if name == "get_capability" else {"ref": f"{tenant}/a/b", "scopes": ["x\x00"]}
+        result = await call(client, name, arguments, headers)
+        assert result["isError"] is True and result["structuredContent"]["code"] == "invalid_request"
+    rows = await db.fetch("SELECT type, reason, ref FROM audit_events WHERE trace_id = $1 ORDER BY seq", trace_id)
+    assert [(r["type"], r["reason"]) for r in rows] == [("request.refused", "invalid_request: NUL")] * 2
+    assert [r["ref"] for r in rows] == ["POST /mcp get_capability", "POST /mcp request_ticket"]

@@ -119,3 +119,13 @@ def test_buckets_stay_bounded_and_a_remembered_key_never_passes_its_rate(request
     if bound == 1000:  # nothing evicted: each key got at most its burst plus the rate over the time
         for count in passed.values():
             assert count <= 3 + 2.0 * now + 1e-9
+
+
+def test_an_ipv6_client_is_one_bucket_per_64():
+    from registry.rate_limit import address_bucket
+
+    assert address_bucket("2001:db8:1:2:aaaa::1") == address_bucket("2001:db8:1:2:ffff::9") == "2001:db8:1:2::/64"
+    assert address_bucket("2001:db8:1:3::1") != address_bucket("2001:db8:1:2::1")
+    assert address_bucket("192.0.2.7") == "192.0.2.7"
+    assert address_bucket("::ffff:192.0.2.7") == "::ffff:192.0.2.7"
+    assert address_bucket("unknown") == "unknown"

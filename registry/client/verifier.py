@@ -45,6 +45,7 @@ class TicketVerifier:
         token: str | None = None,
         token_provider: Callable[[], str | None] | None = None,
         refetch_interval: float = 30.0,
+        max_key_age: float = 300.0,
         timeout: float = 5.0,
         http: httpx.Client | None = None,
     ):
@@ -52,6 +53,9 @@ class TicketVerifier:
         self.audience, self.issuer, self.leeway = audience, issuer, leeway
         self.check_revocation = check_revocation
         self.refetch_interval = refetch_interval
+        # Keys are read again after this long even when every kid is known, so a key the registry
+        # removed (`capreg keys rotate --keep-seconds 0`) stops verifying here too.
+        self.max_key_age = max_key_age
         self._http = http or httpx.Client(timeout=timeout)
         self._keys: dict[str, jwt.PyJWK] = {}
         self._fetched_at: float | None = None
@@ -86,8 +90,19 @@ class TicketVerifier:
 
     def _key(self, kid: str) -> jwt.PyJWK:
         key = self._keys.get(kid)
-        if key is not None:
+        fresh = self._fetched_at is not None and time.monotonic() - self._fetched_at < self.max_key_age
+        if key is not None and fresh:
             return key
+        if key is not None:  # known but old: read the set again (one caller at a time), then decide
+            with self._lock:
+                if self._fetched_at is None or time.monotonic() - self._fetched_at >= self.max_key_age:
+                    try:
+                        self._fetch_keys()
+                    except CapregError:  # registry unreachable: keep verifying offline with the keys we have
+                        pass
+            key = self._keys.get(kid)
+            if key is not None:
+                return key
         with self._lock:
             key = self._keys.get(kid)
             if key is None and (self._fetched_at is None or time.monotonic() - self._fetched_at >= self.refetch_interval):
@@ -108,7 +123,7 @@ class TicketVerifier:
             raise invalid_ticket("malformed", "no ticket, or one too long to be a capreg ticket")
         try:
             header = jwt.get_unverified_header(ticket)
-        except jwt.DecodeError:
+        except jwt.PyJWTError:  # not only DecodeError: a non-string kid or a `crit` header raise others
             raise invalid_ticket("malformed", "the ticket is not a JWT") from None
         if header.get("typ") != TICKET_TYP:
             raise invalid_ticket("wrong_type", f"the JWT is not a capreg ticket (typ {str(header.get('typ'))[:40]!r})")
