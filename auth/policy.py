@@ -444,17 +444,24 @@ def child_ticket_grant(caller: Caller, req: TicketRequest, parent: ParentTicket,
 
 
 class ApprovalParties(msgspec.Struct, frozen=True, kw_only=True):
-    """Who a pending approval concerns: its requester (`tenant/sub`) and the capability's tenant."""
+    """Who a pending approval concerns: its requester (`tenant/sub`, and the issuer of the token it
+    asked with) and the capability's tenant."""
 
     requester: str
     tenant: str
+    requester_issuer: str | None = None
+
+    def requested_by(self, caller: Caller) -> bool:
+        """`caller` is the requester: the same principal, from the same issuer (None: an approval
+        recorded before issuers were kept, which then only matches the principal)."""
+        return caller.principal == self.requester and self.requester_issuer in (None, caller.issuer)
 
 
 def check_approval_reader(caller: Caller, approval: ApprovalParties | None) -> Refusal | None:
     """Reading an approval: its requester, or `registry:admin` of the capability's tenant; anyone
     else (and a missing approval) is `not_found`."""
     if approval is None or not (
-        caller.principal == approval.requester or (caller.tenant == approval.tenant and caller.holds(REGISTRY_ADMIN_SCOPE))
+        approval.requested_by(caller) or (caller.tenant == approval.tenant and caller.holds(REGISTRY_ADMIN_SCOPE))
     ):
         return not_found("approval")
     return None
@@ -464,8 +471,8 @@ def check_approval_decider(caller: Caller, approval: ApprovalParties | None) -> 
     """Whether `caller` may approve or deny a pending request.
 
     An approval is invisible (`not_found`) to all but its requester and the capability's tenant.
-    Then self-approval: the requester deciding its own request is `self_approval` whatever else it
-    holds. Anyone else left is in the capability's tenant and must hold `registry:admin`
+    Then self-approval: the requester's principal deciding its own request is `self_approval`
+    whatever else it holds, and whichever issuer its token comes from (the stricter reading). Anyone else left is in the capability's tenant and must hold `registry:admin`
     (`insufficient_scope`).
     """
     if approval is None or (caller.principal != approval.requester and caller.tenant != approval.tenant):

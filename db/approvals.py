@@ -11,7 +11,7 @@ from typing import Any
 import asyncpg
 
 APPROVAL_COLUMNS = (
-    "approval_id, tenant, agent_id, skill_id, version, ref, requester, requester_tenant, on_behalf_of, scopes, "
+    "approval_id, tenant, agent_id, skill_id, version, ref, requester, requester_tenant, requester_issuer, on_behalf_of, scopes, "
     "request, created_at, expires_at, decided_by, decided_at, collected_jti, "
     "CASE WHEN status IN ('pending', 'approved') AND expires_at <= now() THEN 'expired' ELSE status END AS status"
 )

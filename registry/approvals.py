@@ -54,7 +54,9 @@ def stored_ticket_request(approval) -> tuple[TicketRequestBody, str | None]:
 
 
 def parties_of(approval) -> ApprovalParties | None:
-    return None if approval is None else ApprovalParties(requester=approval["requester"], tenant=approval["tenant"])
+    return None if approval is None else ApprovalParties(
+        requester=approval["requester"], tenant=approval["tenant"], requester_issuer=approval["requester_issuer"]
+    )
 
 
 async def decide(
@@ -95,7 +97,7 @@ async def read(registry: Registry, caller: Caller, approval_id: str, *, trace_id
     refusal = check_approval_reader(caller, parties_of(approval))
     if refusal is not None:  # 404 to anyone else: recorded for the caller's own tenant's auditors
         raise await refuse(registry, caller, refused(refusal), event_type=REFUSED, tenant=None, trace_id=trace_id)
-    if caller.principal != approval["requester"] or approval["status"] != "approved":
+    if not parties_of(approval).requested_by(caller) or approval["status"] != "approved":
         return approval_view(approval)
     # Collect: the ticket is minted now, for the version that was approved, with every check re-run
     # (the parent may have been revoked, the version retired, the requester's scopes changed).

@@ -441,7 +441,8 @@ async def request_approval(
         await approval_queries.insert_approval(conn, {
             "approval_id": approval_id, "tenant": target.tenant, "agent_id": target.agent_id,
             "skill_id": target.skill_id, "version": target.version, "ref": target.ref,
-            "requester": caller.principal, "requester_tenant": caller.tenant, "on_behalf_of": grant.on_behalf_of,
+            "requester": caller.principal, "requester_tenant": caller.tenant, "requester_issuer": caller.issuer,
+            "on_behalf_of": grant.on_behalf_of,
             "scopes": list(grant.scopes), "request": stored,
             "expires_at": _at(plan.now) + timedelta(seconds=registry.settings.approval_ttl),
         })

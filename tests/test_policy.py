@@ -812,6 +812,18 @@ def test_approvals_are_invisible_outside_their_parties_and_never_self_decided(wh
     assert check_approval_decider(who, None).code == check_approval_reader(who, None).code == "not_found"
 
 
+def test_an_approval_is_its_requesters_only_from_the_same_issuer() -> None:
+    mine = msgspec.structs.replace(caller("acme"), issuer="capreg")
+    partner = msgspec.structs.replace(caller("acme"), issuer="https://partner.example")
+    parties = ApprovalParties(requester="acme/router", tenant="globex", requester_issuer="capreg")
+    assert check_approval_reader(mine, parties) is None
+    assert check_approval_reader(partner, parties).code == "not_found"
+    # deciding stays refused as self-approval for the same principal, whatever its issuer
+    assert check_approval_decider(partner, parties).reason == "self_approval"
+    # approvals recorded before the issuer was kept match the principal alone
+    assert check_approval_reader(partner, ApprovalParties(requester="acme/router", tenant="globex")) is None
+
+
 @PROPERTY
 @given(revoked=st.booleans(), status=st.sampled_from(("active", "deprecated", "retired")), expired=st.booleans())
 def test_a_parent_stands_only_while_active(revoked: bool, status: str, expired: bool) -> None:
