@@ -21,7 +21,7 @@ import msgspec
 
 from registry.bounded_work import WorkFailed, WorkTimedOut, run_bounded
 from registry.json_pointer import escape_token, unescape_token
-from registry.schema_guard import SchemaRejected, cached_validator, canonical_schema, pattern_matches
+from registry.schema_guard import SchemaRejected, cached_validator, pattern_matches
 from registry.wire import Wire
 
 MAX_TEXT_BYTES = 1024 * 1024
@@ -339,17 +339,8 @@ def _issues(error: jsonschema_rs.ValidationError) -> list[Issue]:
     return [Issue(path=pointer, message=error.message)]
 
 
-# --- Compiled validators -----------------------------------------------------------------------
-
-
-def compiled_validator(schema: dict[str, Any]) -> jsonschema_rs.Draft202012Validator:
-    """The draft 2020-12 validator for `schema`, compiled once per distinct schema, through
-    registry.schema_guard (no retrieval, linear-time patterns); SchemaRejected if refused."""
-    return cached_validator(schema)
-
-
 __all__ = [
     "ArgumentsUnparseable", "Issue", "MAX_DEPTH", "MAX_REPAIR_NODES", "Mode", "ValidationReport",
-    "canonical_schema", "compiled_validator", "extract_json_object", "validate_arguments",
+    "extract_json_object", "validate_arguments",
     "validate_arguments_bounded",
 ]

@@ -171,9 +171,20 @@ def canonical_schema(schema: Any) -> str:
     return msgspec.json.encode(schema, order="sorted").decode()
 
 
+# The caches below are bounded in bytes as well as entries: a registrant choosing many large
+# schemas or patterns must not grow a worker's memory by their size times the entry count. Larger
+# ones are compiled on each use (that work is bounded, registry.bounded_work) and never kept.
+_CACHED_SCHEMA_MAX_CHARS = 64 * 1024
+_CACHED_PATTERN_MAX_CHARS = 1024
+
+
 def cached_validator(schema: Any) -> jsonschema_rs.Draft202012Validator:
-    """`compile_schema`, once per distinct schema (SchemaRejected is raised again each time)."""
-    return _compiled(canonical_schema(schema))
+    """`compile_schema`, once per distinct schema of up to 64 KiB (SchemaRejected is raised again
+    each time); at most 1,024 kept, so at most 64 MiB of schema text."""
+    canonical = canonical_schema(schema)
+    if len(canonical) > _CACHED_SCHEMA_MAX_CHARS:
+        return compile_schema(schema)
+    return _compiled(canonical)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -193,5 +204,8 @@ def pattern_matches(pattern: str, text: str) -> bool:
     """Whether the ECMA-262-style `pattern` matches somewhere in `text` (unanchored, as JSON Schema's
     `pattern` and `patternProperties`), run by jsonschema-rs's linear-time engine. A pattern that
     engine cannot compile matches nothing."""
-    validator = _pattern_validator(pattern)
+    if len(pattern) > _CACHED_PATTERN_MAX_CHARS:
+        validator = _pattern_validator.__wrapped__(pattern)
+    else:
+        validator = _pattern_validator(pattern)
     return validator is not None and validator.is_valid(text)

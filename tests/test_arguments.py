@@ -14,10 +14,10 @@ from registry.arguments import (
     MAX_DEPTH,
     ArgumentsUnparseable,
     ValidationReport,
-    compiled_validator,
     extract_json_object,
     validate_arguments,
 )
+from registry.schema_guard import cached_validator
 
 SCHEMA = {
     "type": "object",
@@ -199,4 +199,16 @@ def test_report_is_camel_case_on_the_wire() -> None:
 
 def test_equal_schemas_compile_once() -> None:
     reordered = dict(reversed(list(SCHEMA.items())))
-    assert compiled_validator(SCHEMA) is compiled_validator(reordered)
+    assert cached_validator(SCHEMA) is cached_validator(reordered)
+
+
+def test_large_schemas_and_patterns_are_compiled_but_never_kept():
+    from registry.schema_guard import _compiled, _pattern_validator, pattern_matches
+
+    large = {"type": "object", "properties": {f"p{i:05d}": {"type": "string"} for i in range(4000)}}
+    before = _compiled.cache_info().currsize
+    assert cached_validator(large).is_valid({"p00001": "x"})
+    assert _compiled.cache_info().currsize == before
+    patterns = _pattern_validator.cache_info().currsize
+    assert pattern_matches("^a" + "b?" * 600 + "$", "a")
+    assert _pattern_validator.cache_info().currsize == patterns
