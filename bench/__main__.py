@@ -63,6 +63,36 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+async def _admin(server_url: str, sql: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(server_url)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+def create_database(server_url: str, prefix: str) -> tuple[str, str]:
+    """A fresh database on `server_url`'s server: (its name, its URL)."""
+    name = prefix + secrets.token_hex(4)
+    asyncio.run(_admin(server_url, f'CREATE DATABASE "{name}"'))
+    return name, urlunsplit(urlsplit(server_url)._replace(path="/" + name))
+
+
+def drop_database(server_url: str, name: str) -> None:
+    asyncio.run(_admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def serve(env: dict, port: int, workers: int, log: Path) -> subprocess.Popen:
+    """`capreg serve` as its own process, its output in `log`."""
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "registry.cli", "serve", "--port", str(port), "--workers", str(workers)],
+            env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+        )
+
+
 def wait_ready(url: str, process: subprocess.Popen, log: Path, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -258,27 +288,11 @@ class Capreg:
         self.base = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
 
-    async def _admin(self, sql: str) -> None:
-        import asyncpg
-
-        conn = await asyncpg.connect(self.server_url)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
     def start(self) -> None:
         if self.server_url:
-            self.database = "capreg_bench_" + secrets.token_hex(4)
-            asyncio.run(self._admin(f'CREATE DATABASE "{self.database}"'))
-            parts = urlsplit(self.server_url)
-            self.env["DATABASE_URL"] = urlunsplit(parts._replace(path="/" + self.database))
+            self.database, self.env["DATABASE_URL"] = create_database(self.server_url, "capreg_bench_")
         log = self.home / "serve.log"
-        with log.open("w") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "registry.cli", "serve", "--port", str(self.port), "--workers", str(self.workers)],
-                env=self.env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-            )
+        self.process = serve(self.env, self.port, self.workers, log)
         wait_ready(f"{self.base}/readyz", self.process, log)
 
     def stop(self) -> None:
@@ -289,7 +303,7 @@ class Capreg:
         while pid_file.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         if self.database:
-            asyncio.run(self._admin(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)'))
+            drop_database(self.server_url, self.database)
 
     def mint(self, requests: dict[str, tuple[str, str, list[str], list[str] | None]]) -> dict[str, str]:
         """Tokens from `capreg token mint` (name -> (tenant, sub, scopes, regions)), minted in parallel."""

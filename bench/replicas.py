@@ -21,19 +21,17 @@ import datetime as dt
 import json
 import os
 import random
-import secrets
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from bench import data
-from bench.__main__ import ROOT, free_port, stop, wait_ready
+from bench.__main__ import ROOT, create_database, drop_database, free_port, serve, stop, wait_ready
 
 
 class Fleet:
@@ -50,20 +48,9 @@ class Fleet:
         self.ports: list[int] = []
         self.env = {**os.environ, "CAPREG_HOME": str(home), "PYTHONUNBUFFERED": "1"}
 
-    async def _admin(self, sql: str) -> None:
-        import asyncpg
-
-        conn = await asyncpg.connect(self.server_url)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
     def start(self) -> None:
         if self.server_url:
-            self.database = "capreg_replicas_" + secrets.token_hex(4)
-            asyncio.run(self._admin(f'CREATE DATABASE "{self.database}"'))
-            self.env["DATABASE_URL"] = urlunsplit(urlsplit(self.server_url)._replace(path="/" + self.database))
+            self.database, self.env["DATABASE_URL"] = create_database(self.server_url, "capreg_replicas_")
         else:
             from db.embedded import start_embedded
 
@@ -73,13 +60,7 @@ class Fleet:
                        capture_output=True)
         for n in range(self.count):
             port = free_port()
-            log = self.home / f"serve-{n}.log"
-            with log.open("w") as out:
-                process = subprocess.Popen(
-                    [sys.executable, "-m", "registry.cli", "serve", "--port", str(port), "--workers", "1"],
-                    env=self.env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                )
-            self.processes.append(process)
+            self.processes.append(serve(self.env, port, 1, self.home / f"serve-{n}.log"))
             self.ports.append(port)
             self.bases.append(f"http://127.0.0.1:{port}")
         for process, base, n in zip(self.processes, self.bases, range(self.count)):
@@ -89,7 +70,7 @@ class Fleet:
         for process in self.processes:
             stop(process)
         if self.database:
-            asyncio.run(self._admin(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)'))
+            drop_database(self.server_url, self.database)
         self.embedded = None
 
     def mint(self, tenant: str, sub: str, scopes: list[str]) -> str:
