@@ -67,8 +67,6 @@ class ResponseCache:
         self.max_entries = max_entries
         self._entries: dict[Hashable, CachedResponse] = {}
         self._seq: int | None = None
-        self.hits = 0
-        self.misses = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -80,16 +78,13 @@ class ResponseCache:
     def get(self, key: Hashable, seq: int | None, now: float) -> CachedResponse | None:
         """The entry for `key` if it is current at sequence `seq` (None: caching is off) and time `now`."""
         if seq is None:
-            self.misses += 1
             return None
         if seq != self._seq:
             self._entries.clear()
             self._seq = seq
         entry = self._entries.get(key)
         if entry is None or entry.seq != seq or entry.expires <= now:
-            self.misses += 1
             return None
-        self.hits += 1
         return entry
 
     def put(self, key: Hashable, entry: CachedResponse, seq: int | None) -> None:
