@@ -205,7 +205,7 @@ async def discover(
                         ORDER BY c.skill_id, c.version_key DESC"""
         order = "a.tenant, a.agent_id, c.skill_id, c.version_key DESC"
     sql = f"""
-        SELECT c.*, {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances, {LEASE_UNTIL_SQL} AS lease_until
+        SELECT c.*, a.visibility AS agent_visibility, a.shared_with AS agent_shared_with, {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances, {LEASE_UNTIL_SQL} AS lease_until
           FROM agents a CROSS JOIN LATERAL ({versions}) c
          WHERE {" AND ".join(agent_filters + content_filters)}
          ORDER BY {order}
