@@ -20,9 +20,9 @@ from db.migrate import apply_migrations
 from db.pool import create_pool
 from registry.config import Settings, load_settings
 from registry.problems import handle_exception
-from registry.routes import agents, approvals, audit, console, discovery, mcp, ops, release, tickets, versions
+from registry.routes import a2a_rpc, agents, approvals, audit, console, discovery, mcp, ops, release, tickets, versions
 from registry.routes import offers
-from registry import audit_chain
+from registry import api_docs, audit_chain
 from registry.change_watcher import ChangeWatcher
 from registry.state import Registry
 from registry.observability import RequestMetrics, observability_middleware
@@ -84,11 +84,12 @@ def create_app(settings: Settings | None = None) -> Litestar:
         return Response(generate_latest(exposition), media_type=CONTENT_TYPE_LATEST)
 
     return Litestar(
-        route_handlers=[
+        # each operation's OpenAPI tag and security (registry.api_docs)
+        route_handlers=api_docs.documented([
             *agents.ROUTES, *discovery.ROUTES, *release.ROUTES, *versions.ROUTES, *tickets.ROUTES, *approvals.ROUTES,
-            *audit.ROUTES, *ops.ROUTES, *mcp.ROUTES, serve_metrics, *offers.ROUTES,
+            *audit.ROUTES, *ops.ROUTES, *mcp.ROUTES, serve_metrics, *offers.ROUTES, *a2a_rpc.ROUTES,
             *console.ROUTES,  # the security console and the offline /schema assets
-        ],
+        ]),
         lifespan=[lifespan],
         middleware=[
             # trace and request ids, metrics, and the browser security headers (CSP, nosniff,
@@ -107,6 +108,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
             version="1.0.0",
             description="Capability registry and discovery service for AI agents.",
             path="/schema",
+            components=api_docs.components(),  # bearer JWT: Swagger UI's Authorize button
+            tags=api_docs.tags(),
             render_plugins=[console.OfflineSwaggerRenderPlugin()],  # no CDN: assets served by capreg
         ),
         debug=False,

@@ -223,18 +223,27 @@ async def stop_checkpoints(task: asyncio.Task | None) -> None:
         await task
 
 
+# While no checkpoint covers an event, the writer looks this often for the first events to sign.
+FIRST_EVENTS_POLL_SECONDS = 1.0
+
+
 async def checkpoint_periodically(registry: Registry, interval: float) -> None:
-    """The server's checkpoint writer: now, then every `interval` seconds (every replica may run one;
-    they converge on one row per head and key)."""
+    """The server's checkpoint writer: now, as soon as there are events while none is signed yet,
+    then every `interval` seconds (every replica may run one; they converge on one row per head and
+    key). An empty log's checkpoint vouches for nothing, so the first events are not left to wait
+    for the interval."""
     while True:
+        delay = interval
         try:
             await registry.refresh_keyring()
             async with registry.pool.acquire() as conn:
-                await make_checkpoint(conn, registry.keyring, registry.settings.issuer)
+                checkpoint = await make_checkpoint(conn, registry.keyring, registry.settings.issuer)
+            if checkpoint.seq == 0:
+                delay = min(interval, FIRST_EVENTS_POLL_SECONDS)
         except asyncio.CancelledError:
             raise
         except ChainBroken as exc:
             log.error("audit checkpoint refused: %s", exc)
         except Exception as exc:  # the database may be briefly away; try again next round
             log.warning("audit checkpoint failed: %r", exc)
-        await asyncio.sleep(interval)
+        await asyncio.sleep(delay)

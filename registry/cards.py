@@ -22,6 +22,9 @@ CAPREG_EXTENSION_URI = "https://capreg.dev/extensions/capability/v1"
 CAPREG_SECURITY_SCHEME = "capreg"
 PUBLIC_PROTOCOL_BINDING = "HTTP+JSON"
 PUBLIC_PROTOCOL_VERSION = "1.0"
+# The registry also answers A2A's JSON-RPC binding at the same URL (registry.a2a_rpc): the binding
+# a2a-sdk's default client speaks. HTTP+JSON stays first, as before.
+PUBLIC_PROTOCOL_BINDINGS = (PUBLIC_PROTOCOL_BINDING, "JSONRPC")
 
 LEGACY_DEFAULT_TRANSPORT = "JSONRPC"
 LEGACY_DEFAULT_PROTOCOL_VERSION = "0.3"
@@ -233,12 +236,13 @@ def _without_empty(values: dict[str, Any], keep: tuple[str, ...] = ()) -> dict[s
 def public_agent_card(
     card: dict[str, Any], skills: list[CapabilityVersion], *, base_url: str
 ) -> dict[str, Any]:
-    """The anonymous A2A 1.0 card of an agent: the registry is its only interface.
+    """The anonymous A2A 1.0 card of an agent: the registry is its only interface (HTTP+JSON and
+    JSON-RPC at the same URL).
 
     `card` is the stored card (`a2a_card_dict`); `skills` the versions the card lists, one per
     skill id; `base_url` is the agent's address at the registry,
     `{registry}/v1/agents/{tenant}/{agentId}`, from which an A2A client fetches
-    `{base_url}/extendedAgentCard`. Skills carry A2A fields only: no schemas, no examples, no
+    `{base_url}/extendedAgentCard` (or with the JSON-RPC method `GetExtendedAgentCard`). Skills carry A2A fields only: no schemas, no examples, no
     capreg fields. The agent's own interfaces, security schemes and signatures never appear
     (the signatures covered a different document).
     """
@@ -248,9 +252,10 @@ def public_agent_card(
         "supportedInterfaces": [
             {
                 "url": base_url.rstrip("/"),
-                "protocolBinding": PUBLIC_PROTOCOL_BINDING,
+                "protocolBinding": binding,
                 "protocolVersion": PUBLIC_PROTOCOL_VERSION,
             }
+            for binding in PUBLIC_PROTOCOL_BINDINGS
         ],
         "capabilities": {"extendedAgentCard": True},
         "securitySchemes": {

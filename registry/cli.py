@@ -171,8 +171,9 @@ def cmd_audit_verify(args: argparse.Namespace, settings: Settings) -> int:
     if report.breach is not None:
         print(f"audit chain broken at seq {report.breach.seq}: {report.breach.problem}")
         return 1
-    against = ", ".join(str(seq) for seq in report.checkpoints) or "none yet"
-    print(f"audit chain intact: {report.events} events, head seq {report.head_seq}; signed checkpoints matched: {against}")
+    from registry.verify_summary import intact_summary
+
+    print(intact_summary(report.events, report.head_seq, report.checkpoints))
     return 0
 
 
@@ -290,6 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     register.add_argument("file")
     register.add_argument("--tenant", required=True)
     register.add_argument("--agent-id", required=True)
+    register.add_argument("--json", action="store_true", help="print the registry's answer as JSON")
     register.set_defaults(run=run_http(http_register))
 
     audit = commands.add_parser("audit", help="audit log").add_subparsers(dest="audit_command", required=True)

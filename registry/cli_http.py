@@ -1,8 +1,9 @@
 """The `capreg` commands for people that go through the HTTP API (CAPREG_URL, CAPREG_TOKEN):
 register, discover, detail, ticket mint|introspect|revoke, audit grants|events.
 
-Readable rich tables by default, `--json` (one document) or `--ndjson` (one object a line) for
-machines. A failure is one line on stderr and a non-zero exit (2 when the registry cannot be
+Readable rich tables on a terminal; when stdout is not a terminal (a pipe, a file), plain rows of
+tab-separated cells with a header row, one item a line and never wrapped, for grep, cut and awk;
+`--json` (one document) or `--ndjson` (one object a line) for programs. A failure is one line on stderr and a non-zero exit (2 when the registry cannot be
 reached or a local file cannot be read, 1 for the registry's refusals), never a traceback.
 """
 
@@ -64,8 +65,38 @@ def _console():
     return Console(soft_wrap=False)
 
 
-def _emit(args: argparse.Namespace, items: Iterable[Result], table: Callable[[list[Result]], Any]) -> int:
-    """Items as NDJSON (streamed), JSON, or a table."""
+def _to_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+class Rows:
+    """A table's title, columns and rows: a rich table on a terminal, plain rows otherwise."""
+
+    def __init__(self, title: str, columns: list[str], rows: Iterable[list[Any]]):
+        self.title, self.columns, self.rows = title, columns, [list(row) for row in rows]
+
+
+def _plain_cell(value: Any) -> str:
+    """One cell of a plain row: lists joined by commas without spaces, nothing empty (`-`), no tab or
+    line break inside, so that every row is one line with a fixed number of fields."""
+    if value is None or value == "" or value == []:
+        return "-"
+    if isinstance(value, list):
+        value = ",".join(map(str, value))
+    elif isinstance(value, dict):
+        value = json.dumps(value, separators=(",", ":"))
+    return " ".join(str(value).split()) or "-"
+
+
+def print_plain(columns: list[str], rows: Iterable[list[Any]]) -> None:
+    """A header row (column names in capitals, spaces as `_`), then one line per row, tab-separated."""
+    print("\t".join(column.upper().replace(" ", "_") for column in columns))
+    for row in rows:
+        print("\t".join(_plain_cell(value) for value in row))
+
+
+def _emit(args: argparse.Namespace, items: Iterable[Result], table: Callable[[list[Result]], Rows]) -> int:
+    """Items as NDJSON (streamed), JSON, a table on a terminal, or plain rows."""
     if getattr(args, "ndjson", False):
         for item in items:
             print(json.dumps(item.to_dict(), default=str), flush=True)
@@ -74,17 +105,25 @@ def _emit(args: argparse.Namespace, items: Iterable[Result], table: Callable[[li
     if getattr(args, "json", False):
         print(json.dumps([item.to_dict() for item in collected], indent=2, default=str))
         return 0
+    if not _to_terminal():
+        rows = table(collected)
+        print_plain(rows.columns, rows.rows)
+        return 0
     console = _console()
     if not collected:
         console.print("[dim]nothing matched[/dim]")
         return 0
-    console.print(table(collected))
+    console.print(_table(table(collected)))
     return 0
 
 
 def _emit_one(args: argparse.Namespace, item: Result, title: str, extra: Callable[[Any], None] | None = None) -> int:
     if getattr(args, "json", False) or getattr(args, "ndjson", False):
         print(json.dumps(item.to_dict(), indent=None if args.ndjson else 2, default=str))
+        return 0
+    if not _to_terminal():  # one `field<TAB>value` line per field
+        fields = [(key, value) for key, value in item.to_dict().items() if value not in (None, [], {})]
+        print_plain(["field", "value"], ([key, value] for key, value in fields))
         return 0
     from rich.table import Table
 
@@ -112,13 +151,20 @@ def _cell(value: Any) -> str:
     return escape(str(value))
 
 
-def _table(title: str, columns: list[str], rows: Iterable[list[Any]]):
+# Identifiers are never broken across lines: a ref cut in two cannot be copied or searched.
+_UNBROKEN = {"ref", "jti", "seq", "at", "type", "outcome", "actor", "expires", "depth", "side effect", "status", "health"}
+
+
+def _table(rows: Rows):
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left")
-    for column in columns:
-        table.add_column(column, overflow="fold")
-    for row in rows:
+    table = Table(title=rows.title, title_justify="left")
+    for column in rows.columns:
+        if column in _UNBROKEN:
+            table.add_column(column, no_wrap=True)
+        else:
+            table.add_column(column, overflow="fold")
+    for row in rows.rows:
         table.add_row(*[_cell(v) if v is not None else "" for v in row])
     return table
 
@@ -138,8 +184,23 @@ def _output_flags(parser: argparse.ArgumentParser, ndjson: bool = True) -> None:
 
 def register(registry: Registry, args: argparse.Namespace) -> int:
     result = registry.register(args.tenant, args.agent_id, args.file)
-    print(json.dumps(result.to_dict(), default=str))
+    if getattr(args, "json", False):
+        print(json.dumps(result.to_dict(), indent=2, default=str))
+        return 0
+    print(registration_summary(result))
     return 0
+
+
+def registration_summary(result: Any) -> str:
+    """One line: what the registration changed, in the words of the registry's answer."""
+    agent = f"{result.agent.tenant}/{result.agent.agent_id}"
+
+    def versions(refs: list) -> str:
+        return ", ".join(f"{v.id}@{v.version}" for v in refs) or "none"
+
+    verdict = "registered (201, something new)" if result.created else "unchanged (200, nothing new)"
+    return (f"{agent} {verdict}: published {versions(result.published)}; unchanged {versions(result.unchanged)}; "
+            f"visibility {result.agent.visibility}")
 
 
 def discover(registry: Registry, args: argparse.Namespace) -> int:
@@ -147,7 +208,7 @@ def discover(registry: Registry, args: argparse.Namespace) -> int:
         args.q, tag=args.tag or None, skill=args.skill, side_effect_max=args.side_effect_max, region=args.region,
         health=args.health, agent=args.agent, tenant=args.tenant, status=args.status, versions=args.versions,
     )
-    return _emit(args, items, lambda caps: _table(
+    return _emit(args, items, lambda caps: Rows(
         f"{len(caps)} capabilities", ["ref", "side effect", "scopes", "regions", "status", "health", "name"],
         ([c.ref, c.side_effect, c.scopes, c.data_regions or "any", c.status, c.health, c.name] for c in caps),
     ))
@@ -198,7 +259,7 @@ def ticket_revoke(registry: Registry, args: argparse.Namespace) -> int:
 
 def audit_grants(registry: Registry, args: argparse.Namespace) -> int:
     items = registry.grants(actor=args.actor, skill=args.skill, scope=args.scope, active=not args.inactive)
-    return _emit(args, items, lambda grants: _table(
+    return _emit(args, items, lambda grants: Rows(
         f"{len(grants)} {'inactive' if args.inactive else 'active'} grants",
         ["jti", "actor", "on behalf of", "ref", "scopes", "resources", "expires", "depth"],
         ([g.jti, g.actor, g.on_behalf_of, g.ref, g.scopes, g.resources or "all",
@@ -209,7 +270,7 @@ def audit_grants(registry: Registry, args: argparse.Namespace) -> int:
 def audit_events(registry: Registry, args: argparse.Namespace) -> int:
     items = registry.audit_events(type=args.type, actor=args.actor, skill=args.skill, scope=args.scope,
                                   since=args.since, until=args.until)
-    return _emit(args, items, lambda events: _table(
+    return _emit(args, items, lambda events: Rows(
         f"{len(events)} events", ["seq", "at", "type", "outcome", "actor", "ref", "scopes", "reason"],
         ([e.seq, e.at.isoformat(timespec="seconds"), e.type, e.outcome,
           f"{e.actor_tenant}/{e.actor}" if e.actor_tenant and e.actor else e.actor, e.ref, e.scopes, e.reason]

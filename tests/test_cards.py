@@ -156,7 +156,7 @@ def test_public_card_is_valid_and_releases_no_detail(path: Path) -> None:
     for interface in reg.supported_interfaces:
         assert interface.url not in text
     assert [(i.url, i.protocol_binding, i.protocol_version, i.tenant) for i in parsed.supported_interfaces] == [
-        (BASE_URL, "HTTP+JSON", "1.0", "")
+        (BASE_URL, "HTTP+JSON", "1.0", ""), (BASE_URL, "JSONRPC", "1.0", "")
     ]
     assert parsed.capabilities.extended_agent_card is True
     scheme = parsed.security_schemes["capreg"].http_auth_security_scheme

@@ -18,7 +18,7 @@ def test_mint_register_discover_verify(live_server):
     registered = capreg({**env, "CAPREG_URL": base, "CAPREG_TOKEN": token},
                         "register", str(EXAMPLES / "billing-agent.json"), "--tenant", "acme", "--agent-id", "billing-agent", check=False)
     assert registered.returncode == 0, registered.stdout + registered.stderr
-    assert '"published"' in registered.stdout
+    assert registered.stdout.startswith("acme/billing-agent registered (201") and "published invoice.lookup@2.0.0" in registered.stdout
 
     items = httpx.get(f"{base}/v1/capabilities", params={"tenant": "acme"}).json()["items"]
     assert "acme/billing-agent/invoice.lookup@2.0.0" in [i["ref"] for i in items]

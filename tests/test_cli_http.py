@@ -22,17 +22,21 @@ def test_register_discover_detail_and_tickets(live_server, mint, tenant):
     publisher = _env(live_server, mint, tenant, "publisher", "registry:publish")
     registered = capreg(publisher, "register", str(EXAMPLES / "billing-agent.json"), "--tenant", tenant,
                         "--agent-id", "billing-agent")
-    assert json.loads(registered.stdout)["published"]
+    assert registered.stdout.count("\n") == 1
+    assert f"{tenant}/billing-agent registered (201, something new): published invoice.lookup@2.0.0" in registered.stdout
+    again = capreg(publisher, "register", str(EXAMPLES / "billing-agent.json"), "--tenant", tenant,
+                   "--agent-id", "billing-agent", "--json")
+    assert json.loads(again.stdout)["unchanged"] and not json.loads(again.stdout)["published"]
 
     router = _env(live_server, mint, tenant, "router", "registry:read invoice:read", regions=["eu"])
     table = capreg(router, "discover", "--tenant", tenant, "--tag", "finance")
-    assert f"{tenant}/billing-agent/invoice.lookup@2.0.0" in table.stdout and "capabilities" in table.stdout
+    assert f"{tenant}/billing-agent/invoice.lookup@2.0.0" in table.stdout and table.stdout.startswith("REF\t")
     lines = capreg(router, "discover", "--tenant", tenant, "--side-effect-max", "none", "--ndjson").stdout.splitlines()
     assert [json.loads(line)["id"] for line in lines] == ["invoice.lookup"]
 
     ref = f"{tenant}/billing-agent/invoice.lookup@^2"
     shown = capreg(router, "detail", ref)
-    assert "input schema" in shown.stdout and "invoiceId" in shown.stdout and "billing.acme.internal" in shown.stdout
+    assert "\ninputSchema\t{" in shown.stdout and "invoiceId" in shown.stdout and "billing.acme.internal" in shown.stdout
     assert json.loads(capreg(router, "detail", ref, "--json").stdout)["inputSchema"]["required"] == ["invoiceId"]
 
     minted = json.loads(capreg(router, "ticket", "mint", ref, "--scope", "invoice:read", "--on-behalf-of", "user-19",
@@ -49,7 +53,7 @@ def test_register_discover_detail_and_tickets(live_server, mint, tenant):
 
     auditor = _env(live_server, mint, tenant, "auditor", "audit:read")
     grants = capreg(auditor, "audit", "grants", "--inactive")
-    assert minted["jti"] in grants.stdout and "inactive grants" in grants.stdout
+    assert minted["jti"] in grants.stdout and grants.stdout.startswith("JTI\tACTOR\t")
     events = [json.loads(line) for line in capreg(auditor, "audit", "events", "--ndjson").stdout.splitlines()]
     assert {"agent.registered", "ticket.granted", "ticket.revoked"} <= {e["type"] for e in events}
     shown = capreg(auditor, "audit", "events", "--type", "ticket.revoked")
@@ -69,6 +73,47 @@ def test_errors_are_one_line_and_a_non_zero_exit(live_server, mint, tenant):
     assert no_token.returncode == 1 and "CAPREG_TOKEN is not set" in no_token.stderr
     down = capreg({**router, "CAPREG_URL": f"http://127.0.0.1:{free_port()}"}, "discover", check=False)
     assert down.returncode == 2 and "cannot reach capreg at" in down.stderr and "Traceback" not in down.stderr
+
+
+def _on_a_terminal(env: dict, *args: str, columns: int = 80) -> str:
+    """What a person sees: the command's stdout on a pseudo-terminal `columns` wide."""
+    primary, secondary = pty.openpty()
+    try:
+        subprocess.run([sys.executable, "-m", "registry.cli", *args], env={**env, "COLUMNS": str(columns)}, cwd=ROOT,
+                       stdout=secondary, stderr=subprocess.DEVNULL, timeout=120, check=True)
+    finally:
+        os.close(secondary)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(primary)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_piped_output_is_plain_rows_and_a_terminal_gets_unbroken_refs(live_server, mint, tenant):
+    publisher = _env(live_server, mint, tenant, "publisher", "registry:publish")
+    capreg(publisher, "register", str(EXAMPLES / "billing-agent.json"), "--tenant", tenant, "--agent-id", "billing-agent")
+    router = {**_env(live_server, mint, tenant, "router", "registry:read invoice:read", regions=["eu"]), "COLUMNS": "80"}
+    piped = capreg(router, "discover", "--tenant", tenant).stdout.splitlines()
+    header, *rows = piped
+    assert header.split("\t") == ["REF", "SIDE_EFFECT", "SCOPES", "REGIONS", "STATUS", "HEALTH", "NAME"]
+    assert sorted(row.split("\t")[0] for row in rows) == [
+        f"{tenant}/billing-agent/invoice.lookup@2.0.0", f"{tenant}/billing-agent/invoice.mark-paid@1.1.0",
+    ]
+    assert all(len(row.split("\t")) == len(header.split("\t")) for row in rows)
+    # awk's default field splitting works on the columns before the free-text name
+    first = next(row for row in rows if "invoice.lookup" in row).split()
+    assert first[:6] == [f"{tenant}/billing-agent/invoice.lookup@2.0.0", "none", "invoice:read", "eu", "active", "unknown"]
+
+    shown = _on_a_terminal(router, "discover", "--tenant", tenant, columns=80)
+    assert f"{tenant}/billing-agent/invoice.lookup@2.0.0" in shown  # on one line, not folded
+    assert "capabilities" in shown  # the table's title
 
 
 def test_audit_verify_on_a_terminal_ends_with_one_summary_line(live_server):

@@ -422,7 +422,8 @@ async def test_extended_card_for_a_caller_that_passes_nothing(client, mint, worl
     raw = response.json()
     assert raw["skills"] == []
     assert raw["supportedInterfaces"] == [
-        {"url": f"http://registry.test/v1/agents/{world}/billing-agent", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}
+        {"url": f"http://registry.test/v1/agents/{world}/billing-agent", "protocolBinding": binding, "protocolVersion": "1.0"}
+        for binding in ("HTTP+JSON", "JSONRPC")
     ]
     for field in GATED:
         assert field not in response.text

@@ -158,7 +158,8 @@ async def test_public_agent_card_parses_with_a2a_sdk(client, world):
     for field in ("inputSchema", "outputSchema", "billing.acme.internal", "look up invoice"):
         assert field not in response.text
     assert card["supportedInterfaces"] == [
-        {"url": f"http://registry.test/v1/agents/{world}/billing-agent", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}
+        {"url": f"http://registry.test/v1/agents/{world}/billing-agent", "protocolBinding": binding, "protocolVersion": "1.0"}
+        for binding in ("HTTP+JSON", "JSONRPC")
     ]
     assert card["capabilities"]["extendedAgentCard"] is True
     parsed = ParseDict(card, AgentCard())

@@ -83,6 +83,12 @@ async def get_capability_detail(
     responses=problem_responses(401, 404),
 )
 async def get_extended_agent_card(request: Request, tenant: TenantPath, agent_id: AgentPath) -> dict:
+    return await serve_extended_card(request, tenant, agent_id)
+
+
+async def serve_extended_card(request: Request, tenant: str, agent_id: str) -> dict:
+    """The one path to the extended card, for both A2A bindings (HTTP+JSON here, JSON-RPC in
+    registry.routes.a2a_rpc): authenticate, then release through the service, audited there."""
     registry = registry_of(request)
     caller = await authenticate(request)
     return await release.extended_card(
