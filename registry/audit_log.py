@@ -4,8 +4,6 @@ registry/grants.py; chain verification and checkpoints are registry/audit_chain.
 
 from __future__ import annotations
 
-import contextlib
-import re
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Annotated
@@ -15,6 +13,7 @@ import msgspec
 from db import audit as audit_queries
 from db.audit import EventFilter
 from db.audit_events import AuditRecord
+from registry.date_times import parse_date_time, shifted
 from registry.cursors import decode_cursor, encode_cursor
 from registry.problems import ErrorItem, invalid_request
 from registry.wire import Wire
@@ -26,8 +25,6 @@ MAX_HOURS = 7 * 24
 _STREAM_BATCH = 1000
 
 _encoder = msgspec.json.Encoder()
-# RFC 3339 date-time: full date, time, optional fraction, and a mandatory offset.
-_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 
 
 class AuditPage(Wire):
@@ -61,7 +58,7 @@ class EventQuery(msgspec.Struct, frozen=True, kw_only=True):
 
 async def event_page(registry: Registry, tenant: str, query: EventQuery, *, limit: int, cursor: str | None) -> AuditPage:
     """One page, oldest first, of the events whose record or actor tenant is `tenant`."""
-    where = _event_filter(query, _rfc3339("since", query.since), _rfc3339("until", query.until))
+    where = _event_filter(query, parse_date_time("since", query.since), parse_date_time("until", query.until))
     after = _after_seq(cursor) if cursor else 0
     records = await audit_queries.tenant_events(registry.pool, tenant, where, after=after, limit=limit + 1)
     page = records[:limit]
@@ -72,7 +69,7 @@ async def event_page(registry: Registry, tenant: str, query: EventQuery, *, limi
 async def event_export(registry: Registry, tenant: str, query: EventQuery) -> AsyncIterator[bytes]:
     """Every matching event up to the head as it is now, as NDJSON: the filters are checked (400)
     before the stream starts."""
-    where = _event_filter(query, _rfc3339("since", query.since), _rfc3339("until", query.until))
+    where = _event_filter(query, parse_date_time("since", query.since), parse_date_time("until", query.until))
     upto, _ = await audit_queries.head(registry.pool)
     return _ndjson(registry, tenant, where, upto)
 
@@ -80,9 +77,13 @@ async def event_export(registry: Registry, tenant: str, query: EventQuery) -> As
 async def hourly_outcomes(registry: Registry, tenant: str, query: EventQuery) -> HourlyOutcomes:
     """The events `event_page` would list, counted per UTC hour and outcome; every hour of the range
     is present. Default range: the 24 hours up to the end of the current hour; at most MAX_HOURS."""
-    until_at = _rfc3339("until", query.until)
-    end = _hour_floor(until_at, up=True) if until_at else _hour_floor(datetime.now(timezone.utc)) + timedelta(hours=1)
-    start = _hour_floor(_rfc3339("since", query.since) or end - timedelta(hours=24))
+    until_at = parse_date_time("until", query.until)
+    if until_at:
+        end = _hour_floor(until_at, up=True, name="until")
+    else:
+        end = _hour_floor(datetime.now(timezone.utc)) + timedelta(hours=1)
+    since_at = parse_date_time("since", query.since)
+    start = _hour_floor(since_at) if since_at else shifted("until", end, timedelta(hours=-24))
     if end - start > timedelta(hours=MAX_HOURS):
         raise invalid_request(
             f"since and until may be at most {MAX_HOURS} hours apart",
@@ -113,18 +114,6 @@ async def _ndjson(registry: Registry, tenant: str, where: EventFilter, upto: int
         after = records[-1].seq
 
 
-def _rfc3339(name: str, value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    if _RFC3339.match(value):
-        with contextlib.suppress(ValueError):
-            return datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
-    raise invalid_request(
-        f"{name} must be an RFC 3339 date-time with an offset, e.g. 2026-05-01T00:00:00Z",
-        [ErrorItem(path=name, message="not an RFC 3339 date-time")],
-    )
-
-
 def _event_filter(query: EventQuery, since: datetime | None, until: datetime | None) -> EventFilter:
     actor_tenant, _, actor_sub = query.actor.rpartition("/") if query.actor is not None else (None, None, None)
     if since is not None and until is not None and since > until:
@@ -141,8 +130,7 @@ def _after_seq(cursor: str) -> int:
     return seq
 
 
-def _hour_floor(at: datetime, *, up: bool = False) -> datetime:
-    """`at` in UTC cut to its hour (`up`: the next hour boundary unless already on one)."""
-    at = at.astimezone(timezone.utc)
+def _hour_floor(at: datetime, *, up: bool = False, name: str = "until") -> datetime:
+    """`at` (UTC) cut to its hour (`up`: the next hour boundary unless already on one)."""
     floor = at.replace(minute=0, second=0, microsecond=0)
-    return floor + timedelta(hours=1) if up and floor != at else floor
+    return shifted(name, floor, timedelta(hours=1)) if up and floor != at else floor

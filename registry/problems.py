@@ -125,7 +125,14 @@ def decode_error_item(exc: msgspec.ValidationError | msgspec.DecodeError) -> Err
     """msgspec's 'Expected `int`, got `str` - at `$.skills[0].id`' as a {path, message} item."""
     message = str(exc)
     message, _, where = message.partition(" - at `")
-    return ErrorItem(path=json_pointer(where.rstrip("`")) if where else "", message=message)
+    path = json_pointer(where.rstrip("`")) if where else ""
+    if field := FIELD_REFUSAL.match(message):  # a Struct's own check of one field (registry.date_times)
+        return ErrorItem(path=f"{path}/{field[1]}", message=field[2])
+    return ErrorItem(path=path, message=message)
+
+
+# How a Struct's __post_init__ names the field it refuses: msgspec only knows the Struct's pointer.
+FIELD_REFUSAL = re.compile(r"^field `([A-Za-z0-9_]+)`: (.*)$", re.S)
 
 
 def _trace_id(request: Request) -> str:

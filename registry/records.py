@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from auth.identifiers import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN
+from registry.date_times import check_date_time
 from registry.wire import Wire
 
 SideEffect = Literal["none", "idempotent", "write", "destructive"]
@@ -84,6 +85,9 @@ class SkillRegistration(Wire):
     data_regions: list[Region] = []
     slo: Slo | None = None
     effective_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        check_date_time("effectiveAt", self.effective_at)
 
 
 class AgentRegistration(Wire):

@@ -30,8 +30,8 @@ ActorQuery = Annotated[str | None, QueryParameter(max_length=200, description="c
 SkillQuery = Annotated[str | None, QueryParameter(pattern=SKILL_ID_PATTERN, max_length=128, description="capability id in the event's ref")]
 ScopeQuery = Annotated[str | None, QueryParameter(name="scope", max_length=256, description="a scope the event carries")]
 OutcomeQuery = Annotated[Literal["allowed", "denied"] | None, QueryParameter(description="allowed or denied")]
-SinceQuery = Annotated[str | None, QueryParameter(max_length=64, description="RFC 3339, inclusive")]
-UntilQuery = Annotated[str | None, QueryParameter(max_length=64, description="RFC 3339, exclusive")]
+SinceQuery = Annotated[str | None, QueryParameter(max_length=64, format="date-time", description="RFC 3339, inclusive")]
+UntilQuery = Annotated[str | None, QueryParameter(max_length=64, format="date-time", description="RFC 3339, exclusive")]
 
 
 @get(

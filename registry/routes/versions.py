@@ -12,6 +12,7 @@ from litestar import Request, post
 from litestar.params import PathParameter
 
 from registry.authentication import authenticate
+from registry.date_times import check_date_time
 from registry import lifecycle
 from registry.lifecycle import VersionKey
 from registry.problems import ErrorItem, invalid_request, problem_responses
@@ -32,6 +33,9 @@ _VERSION_PATH = "/v1/agents/{tenant:str}/{agent_id:str}/skills/{skill_id:str}/ve
 class Deprecation(Wire, forbid_unknown_fields=True):
     sunset_at: datetime | None = None
     message: Annotated[str, msgspec.Meta(max_length=1024)] | None = None
+
+    def __post_init__(self) -> None:
+        check_date_time("sunsetAt", self.sunset_at)
 
 
 class CompatibilityRequest(Wire):
