@@ -52,6 +52,13 @@ class Keyring:
                 self._signing_key = private
         self.loaded_at = time.monotonic()
 
+    def current_signing_key(self) -> tuple[str, Ed25519PrivateKey]:
+        """The current key as (kid, private key), for signatures that are not JWTs (the registry's
+        card signatures, registry.card_signing)."""
+        if self._signing_key is None or self.signing_kid is None:
+            raise RuntimeError("no signing key: run capreg migrate first")
+        return self.signing_kid, self._signing_key
+
     def sign(self, claims: dict, *, typ: str) -> str:
         if self._signing_key is None:
             raise RuntimeError("no signing key: run capreg migrate first")

@@ -135,11 +135,13 @@ async def visible_view(registry: Registry, caller: Caller | None, tenant: str, a
 
 
 async def visible_card(
-    registry: Registry, caller: Caller | None, tenant: str, agent_id: str, *, base_url: str
+    registry: Registry, caller: Caller | None, tenant: str, agent_id: str, *, base_url: str, jku: str
 ) -> CachedResponse:
-    """The encoded A2A public card of an agent the caller may see; 404 otherwise. The card is the
-    same for everyone who may see it: cached per process, the visibility check runs every time."""
-    key = ("agent-card", base_url)
+    """The encoded A2A public card of an agent the caller may see, signed by the registry (`jku`
+    names its JWKS); 404 otherwise. The card is the same for everyone who may see it: cached per
+    process with its signature (keyed by the registry URLs it names, which come from
+    `Registry.public_url`), the visibility check runs every time."""
+    key = ("agent-card", base_url, jku)
     entry = registry.responses.get(key, registry.watcher.cache_seq(), time.monotonic())
     if entry is None:
         async with registry.pool.acquire() as conn:
@@ -149,6 +151,7 @@ async def visible_card(
         if agent is None:
             raise refused(not_found("agent"))
         card = public_agent_card(agent["card"], [capability_version(row) for row in rows], base_url=base_url)
+        card = await registry.card_signatures.sign(card, registry.keyring, jku=jku)
         body = msgspec.json.encode(card)
         entry = CachedResponse(
             body=body, etag=etag_of(body), seq=seq,

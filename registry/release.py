@@ -295,10 +295,11 @@ def tool_definition(released: Released, format: ToolFormat) -> dict[str, Any]:  
 
 
 async def extended_card(
-    registry: Registry, caller: Caller, *, tenant: str, agent_id: str, base_url: str, trace_id: str | None
+    registry: Registry, caller: Caller, *, tenant: str, agent_id: str, base_url: str, jku: str, trace_id: str | None
 ) -> dict[str, Any]:
-    """The A2A extended agent card: the latest in-force version of each skill whose checks the caller
-    passes (each check audited), or the withheld card when none passes; 404 for an invisible agent."""
+    """The A2A extended agent card, signed by the registry (`jku` names its JWKS): the latest
+    in-force version of each skill whose checks the caller passes (each check audited), or the
+    withheld card when none passes; 404 for an invisible agent."""
     agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
     if agent is None or not can_see(
         caller, tenant=agent["tenant"], visibility=agent["visibility"], shared_with=agent["shared_with"]
@@ -315,5 +316,7 @@ async def extended_card(
             passed.append(cap)
     await registry.writes.record(events)
     if not passed:
-        return withheld_extended_card(agent["card"], base_url=base_url)
-    return extended_agent_card(agent["card"], passed, base_url=base_url)
+        card = withheld_extended_card(agent["card"], base_url=base_url)
+    else:
+        card = extended_agent_card(agent["card"], passed, base_url=base_url)
+    return await registry.card_signatures.sign(card, registry.keyring, jku=jku)

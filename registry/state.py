@@ -21,6 +21,7 @@ from auth.tokens import TokenVerifier
 from db.group_commit import GroupCommit
 from db.leases import LeaseRenewals
 from registry.change_watcher import ChangeWatcher
+from registry.card_signing import CardSignatures
 from registry.config import Settings
 from registry.response_cache import ResponseCache
 
@@ -60,6 +61,8 @@ class Registry:
         self.responses = ResponseCache()
         # Rows behind detail releases, on the same terms (registry.skill_records.skill_record).
         self.release_cache = ResponseCache()
+        # The registry's signatures of the cards it served, once per card version (registry.card_signing).
+        self.card_signatures = CardSignatures()
         # The running verification of the whole audit chain, shared by concurrent callers
         # (registry.audit_chain.verify_chain).
         self.chain_verification: asyncio.Future | None = None

@@ -13,6 +13,7 @@ from litestar.params import PathParameter
 
 from auth.policy import PUBLISH_SCOPE
 from registry.authentication import authenticate, optional_caller
+from registry.card_signing import jwks_url
 from registry import agents
 from registry.discovery import AgentView
 from registry.problems import ProblemError, problem_responses
@@ -127,8 +128,11 @@ async def get_agent(request: Request, tenant: TenantPath, agent_id: AgentPath) -
 async def get_agent_card(request: Request, tenant: TenantPath, agent_id: AgentPath) -> Response[dict]:
     registry = registry_of(request)
     caller = await optional_caller(request)
-    base_url = f"{registry.public_url(request)}/v1/agents/{tenant}/{agent_id}"
-    entry = await agents.visible_card(registry, caller, tenant, agent_id, base_url=base_url)
+    registry_url = registry.public_url(request)
+    entry = await agents.visible_card(
+        registry, caller, tenant, agent_id, base_url=f"{registry_url}/v1/agents/{tenant}/{agent_id}",
+        jku=jwks_url(registry_url),
+    )
     return Response(entry.body, media_type="application/json")
 
 

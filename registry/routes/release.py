@@ -15,6 +15,7 @@ from litestar.params import PathParameter, QueryParameter
 
 from auth.principal import Caller
 from registry.authentication import authenticate
+from registry.card_signing import jwks_url
 from registry.arguments import Mode, ValidationReport, validate_arguments_bounded
 from registry.problems import problem_responses
 from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN
@@ -91,9 +92,11 @@ async def serve_extended_card(request: Request, tenant: str, agent_id: str) -> d
     registry.routes.a2a_rpc): authenticate, then release through the service, audited there."""
     registry = registry_of(request)
     caller = await authenticate(request)
+    registry_url = registry.public_url(request)
     return await release.extended_card(
         registry, caller, tenant=tenant, agent_id=agent_id,
-        base_url=f"{registry.public_url(request)}/v1/agents/{tenant}/{agent_id}", trace_id=trace_id_of(request),
+        base_url=f"{registry_url}/v1/agents/{tenant}/{agent_id}", jku=jwks_url(registry_url),
+        trace_id=trace_id_of(request),
     )
 
 
