@@ -25,6 +25,14 @@ LEASE_UNTIL_SQL = """(SELECT min(i.expires_at) FROM agent_instances i
                         WHERE i.tenant = a.tenant AND i.agent_id = a.agent_id AND i.expires_at > now())"""
 
 
+def visible_agents(bind, viewer_tenant: str | None) -> str:
+    """The one visibility condition of discovery on agent row `a` (anonymous: public agents; a
+    tenant: also its own and those shared with it), with `bind` binding its parameter."""
+    if viewer_tenant is None:
+        return "a.visibility = 'public'"
+    return VISIBLE_TO.format(t=bind(viewer_tenant))
+
+
 async def content_hashes(conn: asyncpg.Connection, tenant: str, agent_id: str) -> dict[tuple[str, str], str]:
     rows = await conn.fetch(
         "SELECT skill_id, version, content_hash FROM capability_versions WHERE tenant = $1 AND agent_id = $2",
@@ -126,10 +134,7 @@ async def discover(
     if agent is not None:
         agent_filters.append(f"a.agent_id = {bind(agent)}")
     # Visibility is per agent.
-    if viewer_tenant is None:
-        agent_filters.append("a.visibility = 'public'")
-    else:
-        agent_filters.append(VISIBLE_TO.format(t=bind(viewer_tenant)))
+    agent_filters.append(visible_agents(bind, viewer_tenant))
     if healthy_only:
         agent_filters.append(
             "EXISTS (SELECT 1 FROM agent_instances i"

@@ -18,9 +18,10 @@ from auth.keys import ensure_signing_key, load_keyring
 from db.embedded import resolve_database_url
 from db.migrate import apply_migrations
 from db.pool import create_pool
+from registry.ard_names import check_publisher_domains
 from registry.config import Settings, load_settings
 from registry.problems import handle_exception
-from registry.routes import agents, approvals, audit, console, discovery, mcp, ops, release, tickets, versions
+from registry.routes import agents, approvals, ard, audit, console, discovery, mcp, ops, release, tickets, versions
 from registry import audit_chain
 from registry.change_watcher import ChangeWatcher
 from registry.state import Registry
@@ -34,6 +35,7 @@ log = logging.getLogger("capreg")
 
 def create_app(settings: Settings | None = None) -> Litestar:
     settings = settings or load_settings()
+    check_publisher_domains(settings.publisher_domains)  # ARD publisher domains: refused at start-up, not per request
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -86,6 +88,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         route_handlers=[
             *agents.ROUTES, *discovery.ROUTES, *release.ROUTES, *versions.ROUTES, *tickets.ROUTES, *approvals.ROUTES,
             *audit.ROUTES, *ops.ROUTES, *mcp.ROUTES, serve_metrics,
+            *ard.ROUTES,  # ARD: /.well-known/ard.json and /ard/*
             *console.ROUTES,  # the security console and the offline /schema assets
         ],
         lifespan=[lifespan],

@@ -20,6 +20,7 @@ from auth.keys import Keyring, load_keyring
 from auth.tokens import TokenVerifier
 from db.group_commit import GroupCommit
 from db.leases import LeaseRenewals
+from registry.ard_names import Publishers
 from registry.change_watcher import ChangeWatcher
 from registry.config import Settings
 from registry.response_cache import ResponseCache
@@ -58,6 +59,8 @@ class Registry:
         self.leases = LeaseRenewals(pool)
         # Discovery pages and public cards, valid for one change sequence number (registry.response_cache).
         self.responses = ResponseCache()
+        # ARD publisher domains of tenants, both ways (registry.ard_names).
+        self.publishers = Publishers(configured=dict(settings.publisher_domains))
         # Rows behind detail releases, on the same terms (registry.skill_records.skill_record).
         self.release_cache = ResponseCache()
         # The running verification of the whole audit chain, shared by concurrent callers
