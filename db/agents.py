@@ -155,3 +155,22 @@ async def live_instances(conn: asyncpg.Connection | asyncpg.Pool, tenant: str, a
             WHERE tenant = $1 AND agent_id = $2 AND expires_at > now() ORDER BY instance_id""",
         tenant, agent_id,
     )
+
+
+async def least_loaded_instances(
+    conn: asyncpg.Connection | asyncpg.Pool, agents: list[tuple[str, str]]
+) -> dict[tuple[str, str], asyncpg.Record]:
+    """Per agent (tenant, agentId), its live instance with the lowest load (an instance that sent
+    none counts as fully loaded), ties broken by the latest heartbeat; agents with none are absent."""
+    if not agents:
+        return {}
+    rows = await conn.fetch(
+        """SELECT DISTINCT ON (i.tenant, i.agent_id)
+                  i.tenant, i.agent_id, i.instance_id, i.url, i.expires_at, i.load, i.last_seen_at
+             FROM unnest($1::text[], $2::text[]) AS k(tenant, agent_id)
+             JOIN agent_instances i ON i.tenant = k.tenant AND i.agent_id = k.agent_id
+            WHERE i.expires_at > now()
+            ORDER BY i.tenant, i.agent_id, coalesce(i.load, 1), i.last_seen_at DESC, i.instance_id""",
+        [t for t, _ in agents], [a for _, a in agents],
+    )
+    return {(r["tenant"], r["agent_id"]): r for r in rows}

@@ -1,7 +1,7 @@
 """Queries behind ARD (docs/api.md#ard): the matched set of agents a caller may see, its pages in
 relevance or identifier order, the public rows of a page's entries, and facet counts, all in SQL.
 
-The matched set is discovery's (db.capabilities.visible_agents and IN_FORCE, the latest version of
+The matched set is discovery's (db.capabilities.visible_agents_filter and IN_FORCE, the latest version of
 each skill): an agent is an entry when discovery shows the caller at least one of its capabilities,
 and filters and text are decided on those latest versions, as `versions=latest` decides them.
 """
@@ -16,7 +16,7 @@ import asyncpg
 import msgspec
 
 from db.agents import HEALTH_SQL, LIVE_INSTANCES_SQL
-from db.capabilities import IN_FORCE, LEASE_UNTIL_SQL, visible_agents
+from db.capabilities import IN_FORCE, LEASE_UNTIL_SQL, visible_agents_filter
 
 A2A_CARD_TYPE = "application/a2a-agent-card+json"
 SIDE_EFFECT_NAMES = ("none", "idempotent", "write", "destructive")  # by rank
@@ -41,10 +41,25 @@ def publisher_sql(column: str, bind: Bind, configured: dict[str, str]) -> str:
 
 
 class TextMatch(msgspec.Struct, frozen=True):
-    """How text picks and ranks capability versions: SQL over a version row `c` for "matches" and
-    for its relevance (a number, higher is better), with their parameters bound by `sql`."""
+    """Ranked search's plan of a text (registry.ranking.plan_query: tsquery texts of its words, stop
+    words dropped, corrections added): a version matches when any word's query does, and its score
+    is db.ranked_search's (words matched times (words + 1), plus those matched in id, name or tags)."""
 
-    sql: Callable[[Bind], tuple[str, str]]
+    any_query: str
+    word_queries: list[str]
+    head_queries: list[str]
+
+
+def _terms(bind: Bind, text: TextMatch) -> str:
+    return f"""SELECT to_tsquery('english', {bind(text.any_query)}) AS any_q,
+                      ARRAY(SELECT to_tsquery('english', x) FROM unnest({bind(text.word_queries)}::text[]) AS x) AS word_qs,
+                      ARRAY(SELECT to_tsquery('english', x) FROM unnest({bind(text.head_queries)}::text[]) AS x) AS head_qs"""
+
+
+def _score(text: TextMatch) -> str:
+    # db.ranked_search.ranked's score, over the same plan (tests/test_ard.py holds the orders equal).
+    return f"""((SELECT count(*) FROM unnest(t.word_qs) AS x WHERE c.search_vector @@ x) * {len(text.word_queries) + 1}
+               + (SELECT count(*) FROM unnest(t.head_qs) AS x WHERE c.search_vector @@ x))::int"""
 
 
 class EntryFilter(msgspec.Struct, frozen=True, kw_only=True):
@@ -71,8 +86,9 @@ def _like(text: str) -> str:
 
 def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text: TextMatch | None) -> str:
     """`latest` (each visible agent's in-force latest version per skill) and `matched` (one row per
-    entry: tenant, agent_id, capabilities, side_effect_rank, score), as WITH items."""
-    agent_filters = [visible_agents(bind, viewer_tenant), IN_FORCE]
+    entry: tenant, agent_id, capabilities, side_effect_rank, score), as WITH items. With text, only
+    agents with a matching in-force version (the GIN index on search_vector) are read at all."""
+    agent_filters = [visible_agents_filter(viewer_tenant, bind), IN_FORCE]
     if where.agent is not None:
         agent_filters.append(f"a.tenant = {bind(where.agent[0])} AND a.agent_id = {bind(where.agent[1])}")
     if where.tenants is not None:
@@ -91,10 +107,17 @@ def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text
     if where.health is not None:
         agent_filters.append(f"{HEALTH_SQL} = ANY ({bind(list(where.health))}::text[])")
 
-    text_columns = ", true AS text_match, 0::float8 AS relevance"
+    text_columns = ", true AS text_match, 0 AS relevance"
+    sources = "agents a JOIN capability_versions c ON c.tenant = a.tenant AND c.agent_id = a.agent_id"
+    prelude = ""
     if text is not None:
-        match, relevance = text.sql(bind)
-        text_columns = f", ({match}) AS text_match, ({relevance})::float8 AS relevance"
+        text_columns = f", c.search_vector @@ t.any_q AS text_match, {_score(text)} AS relevance"
+        prelude = f"""t AS MATERIALIZED ({_terms(bind, text)}),
+        hits AS MATERIALIZED (
+            SELECT DISTINCT c.tenant, c.agent_id FROM capability_versions c, t
+             WHERE c.search_vector @@ t.any_q AND {IN_FORCE}), """
+        sources = ("hits h CROSS JOIN t JOIN agents a ON a.tenant = h.tenant AND a.agent_id = h.agent_id"
+                   " JOIN capability_versions c ON c.tenant = a.tenant AND c.agent_id = a.agent_id")
 
     entry_filters = ["bool_or(l.text_match)"]
     if where.tags is not None:
@@ -107,10 +130,10 @@ def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text
         entry_filters.append(
             f"bool_or(cardinality(l.data_regions) = 0 OR l.data_regions && {bind(list(where.regions))}::text[])"
         )
-    return f"""latest AS (
+    return f"""{prelude}latest AS (
         SELECT DISTINCT ON (c.tenant, c.agent_id, c.skill_id)
                c.tenant, c.agent_id, c.skill_id, c.tags, c.side_effect_rank, c.data_regions{text_columns}
-          FROM agents a JOIN capability_versions c ON c.tenant = a.tenant AND c.agent_id = a.agent_id
+          FROM {sources}
          WHERE {" AND ".join(agent_filters)}
          ORDER BY c.tenant, c.agent_id, c.skill_id, c.prerelease, c.version_key DESC
     ), matched AS (
@@ -135,10 +158,10 @@ class Query:
 
 
 async def ranked_page(
-    conn: asyncpg.Connection, *, viewer_tenant: str | None, where: EntryFilter, text: TextMatch,
-    after: tuple[float, str] | None, limit: int,
+    conn: asyncpg.Connection, *, viewer_tenant: str | None, where: EntryFilter, text: TextMatch | None,
+    after: tuple[int, str] | None, limit: int,
 ) -> list[asyncpg.Record]:
-    """Entries by relevance, best first: (tenant, agent_id, score, tie). Ties in the order of the
+    """Entries by relevance (their best skill's score), best first: (tenant, agent_id, score, tie). Ties in the order of the
     agents' capability refs (`tenant/agentId/...`, bytewise), as ranked discovery orders its ties,
     so both list agents in the same relative order."""
     query = Query()
@@ -146,7 +169,7 @@ async def ranked_page(
     keyset = "true"
     if after is not None:
         s, t = query.bind(after[0]), query.bind(after[1])
-        keyset = f"(r.score < {s}::float8 OR (r.score = {s}::float8 AND r.tie > {t}))"
+        keyset = f"(r.score < {s} OR (r.score = {s} AND r.tie > {t}))"
     sql = f"""WITH {ctes}
         SELECT r.tenant, r.agent_id, r.score, r.tie FROM (
             SELECT m.tenant, m.agent_id, m.score, (m.tenant || '/' || m.agent_id || '/') COLLATE "C" AS tie

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -25,14 +26,6 @@ LEASE_UNTIL_SQL = """(SELECT min(i.expires_at) FROM agent_instances i
                         WHERE i.tenant = a.tenant AND i.agent_id = a.agent_id AND i.expires_at > now())"""
 
 
-def visible_agents(bind, viewer_tenant: str | None) -> str:
-    """The one visibility condition of discovery on agent row `a` (anonymous: public agents; a
-    tenant: also its own and those shared with it), with `bind` binding its parameter."""
-    if viewer_tenant is None:
-        return "a.visibility = 'public'"
-    return VISIBLE_TO.format(t=bind(viewer_tenant))
-
-
 async def content_hashes(conn: asyncpg.Connection, tenant: str, agent_id: str) -> dict[tuple[str, str], str]:
     rows = await conn.fetch(
         "SELECT skill_id, version, content_hash FROM capability_versions WHERE tenant = $1 AND agent_id = $2",
@@ -42,7 +35,8 @@ async def content_hashes(conn: asyncpg.Connection, tenant: str, agent_id: str) -
 
 
 async def insert_versions(conn: asyncpg.Connection, rows: list[dict[str, Any]]) -> None:
-    """Insert new capability versions (rows with the same keys) in one pipelined round trip."""
+    """Insert new capability versions (rows with the same keys) in one pipelined round trip, and
+    their words into the search lexicon."""
     if not rows:
         return
     columns = list(rows[0])
@@ -50,6 +44,24 @@ async def insert_versions(conn: asyncpg.Connection, rows: list[dict[str, Any]]) 
     await conn.executemany(
         f"INSERT INTO capability_versions ({', '.join(columns)}) VALUES ({placeholders})",
         [tuple(row[column] for column in columns) for row in rows],
+    )
+    await add_search_words(conn, [row["search_text"] for row in rows])
+
+
+async def add_search_words(conn: asyncpg.Connection, texts: list[str]) -> None:
+    """Add the lexicon words of `texts` that are new (capreg_lexicon_words, migration 0008).
+
+    One statement, words in sorted order: concurrent publishers that share words take the rows'
+    locks in the same order and cannot deadlock; words already known take no lock at all.
+    """
+    await conn.execute(
+        """INSERT INTO search_words (word, variants)
+           SELECT w, capreg_one_deletions(w)
+             FROM (SELECT DISTINCT capreg_lexicon_words(t) AS w FROM unnest($1::text[]) AS t) AS words
+            WHERE NOT EXISTS (SELECT 1 FROM search_words s WHERE s.word = words.w)
+            ORDER BY w
+           ON CONFLICT (word) DO NOTHING""",
+        texts,
     )
 
 
@@ -95,6 +107,15 @@ async def snapshot_bounds(conn: asyncpg.Connection | asyncpg.Pool) -> tuple[int,
     return row["seq"], row["next_effective"]
 
 
+def visible_agents_filter(viewer_tenant: str | None, bind: Callable[[Any], str]) -> str:
+    """The SQL condition on agents `a` that discovery (and ranked search) show `viewer_tenant`
+    (None: anonymous, public records only); `bind` adds a parameter and answers its placeholder.
+    Visibility is per agent."""
+    if viewer_tenant is None:
+        return "a.visibility = 'public'"
+    return VISIBLE_TO.format(t=bind(viewer_tenant))
+
+
 def _like_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
@@ -103,7 +124,6 @@ async def discover(
     conn: asyncpg.Connection | asyncpg.Pool,
     *,
     viewer_tenant: str | None,
-    q: str | None = None,
     skill: str | None = None,
     tags: list[str] | None = None,
     side_effect_max: int | None = None,
@@ -116,7 +136,8 @@ async def discover(
     after: tuple[str, str, str, str] | None = None,
     limit: int = 50,
 ) -> list[asyncpg.Record]:
-    """One page of public capability rows in (tenant, agent, skill, newest version first) order.
+    """One page of public capability rows in (tenant, agent, skill, newest version first) order
+    (with `q`, discovery asks db.ranked_search instead: ranked order).
 
     Filters on the (tenant, agent, skill) key are applied before choosing the latest version; filters
     on version content after it, so `versions=latest` means "the latest version, if it matches".
@@ -133,8 +154,7 @@ async def discover(
         agent_filters.append(f"a.tenant = {bind(tenant)}")
     if agent is not None:
         agent_filters.append(f"a.agent_id = {bind(agent)}")
-    # Visibility is per agent.
-    agent_filters.append(visible_agents(bind, viewer_tenant))
+    agent_filters.append(visible_agents_filter(viewer_tenant, bind))
     if healthy_only:
         agent_filters.append(
             "EXISTS (SELECT 1 FROM agent_instances i"
@@ -148,8 +168,6 @@ async def discover(
             version_filters.append(f"c.skill_id = {bind(skill)}")
 
     content_filters = []
-    if q:
-        content_filters.append(f"c.search_text LIKE {bind('%' + _like_escape(q.lower()) + '%')}")
     if tags:
         content_filters.append(f"c.tags @> {bind(list(tags))}::text[]")
     if side_effect_max is not None:
@@ -175,19 +193,19 @@ async def discover(
                 f" OR ((a.tenant, a.agent_id, c.skill_id) = ({k[0]}, {k[1]}, {k[2]}) AND c.version_key < {bind(after[3])}))"
             )
     if latest_only:
-        versions = f"""SELECT DISTINCT ON (c.skill_id) {PUBLIC_COLUMNS}, c.search_text, c.side_effect_rank
+        versions = f"""SELECT DISTINCT ON (c.skill_id) {PUBLIC_COLUMNS}, c.side_effect_rank
                          FROM capability_versions c
                         WHERE c.tenant = a.tenant AND c.agent_id = a.agent_id AND {" AND ".join(version_filters)}
                         ORDER BY c.skill_id, c.prerelease, c.version_key DESC"""
         order = "a.tenant, a.agent_id, c.skill_id"
     else:
-        versions = f"""SELECT {PUBLIC_COLUMNS}, c.search_text, c.side_effect_rank
+        versions = f"""SELECT {PUBLIC_COLUMNS}, c.side_effect_rank
                          FROM capability_versions c
                         WHERE c.tenant = a.tenant AND c.agent_id = a.agent_id AND {" AND ".join(version_filters)}
                         ORDER BY c.skill_id, c.version_key DESC"""
         order = "a.tenant, a.agent_id, c.skill_id, c.version_key DESC"
     sql = f"""
-        SELECT c.*, {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances, {LEASE_UNTIL_SQL} AS lease_until
+        SELECT c.*, a.visibility AS agent_visibility, a.shared_with AS agent_shared_with, {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances, {LEASE_UNTIL_SQL} AS lease_until
           FROM agents a CROSS JOIN LATERAL ({versions}) c
          WHERE {" AND ".join(agent_filters + content_filters)}
          ORDER BY {order}

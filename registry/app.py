@@ -21,7 +21,9 @@ from db.pool import create_pool
 from registry.ard_names import check_publisher_domains
 from registry.config import Settings, load_settings
 from registry.problems import handle_exception
-from registry.routes import agents, approvals, ard, audit, console, discovery, mcp, ops, release, tickets, versions
+from registry.routes import agents, approvals, audit, console, discovery, mcp, ops, release, tickets, versions
+from registry.routes import offers
+from registry.routes import ard
 from registry import audit_chain
 from registry.change_watcher import ChangeWatcher
 from registry.state import Registry
@@ -87,7 +89,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
     return Litestar(
         route_handlers=[
             *agents.ROUTES, *discovery.ROUTES, *release.ROUTES, *versions.ROUTES, *tickets.ROUTES, *approvals.ROUTES,
-            *audit.ROUTES, *ops.ROUTES, *mcp.ROUTES, serve_metrics,
+            *audit.ROUTES, *ops.ROUTES, *mcp.ROUTES, serve_metrics, *offers.ROUTES,
             *ard.ROUTES,  # ARD: /.well-known/ard.json and /ard/*
             *console.ROUTES,  # the security console and the offline /schema assets
         ],

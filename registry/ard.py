@@ -2,7 +2,7 @@
 lookup and explore, answering what discovery answers the same caller, as ARD catalog entries.
 
 One entry per agent discovery shows the caller (db.ard's matched set, through
-db.capabilities.visible_agents), built from public rows only: never schemas, endpoints or instance
+db.capabilities.visible_agents_filter), built from public rows only: never schemas, endpoints or instance
 URLs. Request shapes are strict and bounded; every refusal is a ProblemError that
 registry.problems answers in ARD's envelope on /ard/*.
 """
@@ -19,10 +19,12 @@ import asyncpg
 import msgspec
 
 from db import ard as ard_queries
+from db import ranked_search as ranked_queries
 from db.ard import A2A_CARD_TYPE, FACET_FIELDS, SIDE_EFFECT_NAMES, EntryFilter, FacetRequest, TextMatch
 from registry.ard_names import Publishers, agent_urn, parse_agent_urn
 from registry.cursors import decode_cursor, encode_cursor
 from registry.problems import ErrorItem, ProblemError, invalid_request, not_found
+from registry import ranking
 from registry.records import SIDE_EFFECT_ORDER
 from registry.wire import Wire
 
@@ -312,20 +314,26 @@ def _clauses(expression: str) -> list[tuple[str, str, str]]:
 # Text, scores and page tokens
 
 
-def substring_text(text: str) -> TextMatch:
-    """Until ranked search: discovery's `q` (substring of id, name, description and tags)."""
-    pattern = "%" + text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-    return TextMatch(sql=lambda bind: (f"c.search_text LIKE {bind(pattern)}", "1.0"))
+async def text_match(conn: asyncpg.Connection, text: str) -> TextMatch | None:
+    """Ranked search's plan of `text` (registry.ranking: its words, stop words dropped, one typing
+    error corrected from the registry's lexicon); None when no word counts (nothing matches)."""
+    words = ranking.query_words(text)
+    if not words:
+        return None
+    analysed = await ranked_queries.analyse_words(
+        conn, words, correct_min=ranking.CORRECT_MIN, correct_max=ranking.CORRECT_MAX,
+    )
+    plan = ranking.plan_query([(r["word"], r["stop"], list(r["near"])) for r in analysed])
+    if plan is None:
+        return None
+    return TextMatch(any_query=plan.any_query, word_queries=plan.word_queries, head_queries=plan.head_queries)
 
 
-def text_match(text: str) -> TextMatch:
-    return substring_text(text)
-
-
-def ard_score(relevance: float) -> int:
-    """Relevance (0 to 1, higher is better) as ARD's integer score 0-100; monotone, so scores never
-    increase down a list ordered by relevance."""
-    return max(0, min(100, int(relevance * 100 + 1e-9)))
+def ard_score(score: int, text: TextMatch) -> int:
+    """An agent's ranked-search score (its best skill's) as ARD's integer 0-100: ranked search's
+    relevance (registry.ranking.relevance, in [0, 1]) times 100, rounded down; monotone, so scores
+    never increase down a list in relevance order."""
+    return max(0, min(100, int(ranking.relevance(score, len(text.word_queries)) * 100 + 1e-9)))
 
 
 def _fingerprint(*parts: object) -> str:
@@ -409,16 +417,19 @@ async def search(registry: Registry, ctx: ArdContext, request: SearchRequest) ->
         raise _bad("/query/text", "query.text is required (1 to 512 characters)")
     where = search_filter(request.query.filter, ctx.publishers)
     fingerprint = _fingerprint("search", ctx.viewer, text, request.query.filter)
-    after = _page_key(request.page_token, "s", fingerprint, tuple[str, str, float, str])
+    after = _page_key(request.page_token, "s", fingerprint, tuple[str, str, int, str])
     async with _snapshot(registry) as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        plan = await text_match(conn, text)
+        if plan is None:
+            return SearchResponse(results=[])
         rows = await ard_queries.ranked_page(
-            conn, viewer_tenant=ctx.viewer, where=where, text=text_match(text), after=after, limit=request.page_size + 1,
+            conn, viewer_tenant=ctx.viewer, where=where, text=plan, after=after, limit=request.page_size + 1,
         )
         page = rows[:request.page_size]
         entries = await _entries(conn, ctx, [(r["tenant"], r["agent_id"]) for r in page])
     scores = {(r["tenant"], r["agent_id"]): r["score"] for r in page}
     results = [
-        ArdSearchResult(**msgspec.structs.asdict(entry), score=ard_score(scores[_key_of(entry)]), source=ctx.source)
+        ArdSearchResult(**msgspec.structs.asdict(entry), score=ard_score(scores[_key_of(entry)], plan), source=ctx.source)
         for entry in entries
     ]
     token = None
@@ -462,16 +473,11 @@ async def lookup(registry: Registry, ctx: ArdContext, identifier: str) -> ArdEnt
         raise not_found("no such agent")
     where = EntryFilter(agent=(tenant, urn.agent_id))
     async with _snapshot(registry) as conn, conn.transaction(isolation="repeatable_read", readonly=True):
-        rows = await ard_queries.ranked_page(
-            conn, viewer_tenant=ctx.viewer, where=where, text=_EVERYTHING, after=None, limit=1,
-        )
+        rows = await ard_queries.ranked_page(conn, viewer_tenant=ctx.viewer, where=where, text=None, after=None, limit=1)
         entries = await _entries(conn, ctx, [(r["tenant"], r["agent_id"]) for r in rows])
     if not entries:
         raise not_found("no such agent")
     return entries[0]
-
-
-_EVERYTHING = TextMatch(sql=lambda bind: ("true", "0"))
 
 
 async def explore(registry: Registry, ctx: ArdContext, request: ExploreRequest) -> ExploreResponse:
@@ -484,8 +490,12 @@ async def explore(registry: Registry, ctx: ArdContext, request: ExploreRequest) 
         if any(f.field == facet.field for f in facets):
             raise _bad(f"/resultType/facets/{i}/field", f"facet {facet.field!r} is requested twice")
         facets.append(FacetRequest(field=facet.field, limit=facet.limit, min_count=facet.min_count))
-    text = text_match(query.text) if query.text and query.text.strip() else None
     async with _snapshot(registry) as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        text = None
+        if query.text and query.text.strip():
+            text = await text_match(conn, query.text)
+            if text is None:  # no word that counts: the matched set is empty, as in search
+                return ExploreResponse(result_type="facets", facets={f.field: FacetResult(buckets=[]) for f in facets})
         rows = await ard_queries.facet_counts(
             conn, viewer_tenant=ctx.viewer, where=where, text=text, facets=facets, configured=ctx.publishers.configured,
         )

@@ -12,7 +12,7 @@ import hashlib
 import re
 import time
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import asyncpg
 import msgspec
@@ -20,6 +20,7 @@ import msgspec
 from auth.principal import Caller
 from db import capabilities as capability_queries
 from db import changes as change_queries
+from registry import ranking
 from registry.cursors import decode_cursor, encode_cursor
 from registry.problems import ErrorItem, ProblemError, invalid_request
 from registry.records import (
@@ -41,7 +42,8 @@ if TYPE_CHECKING:
 
 MAX_LIMIT = 200
 DEFAULT_LIMIT = 50
-QUERY_MAX_LENGTH = 256
+# Section 15: `q` is at most 512 characters (registry.ranking.QUERY_MAX_LENGTH).
+QUERY_MAX_LENGTH = ranking.QUERY_MAX_LENGTH
 REGION_MAX_LENGTH = 32
 
 
@@ -242,17 +244,44 @@ async def discovery_page(registry: Registry, viewer: str | None, query: Discover
 async def _query_page(registry: Registry, viewer: str | None, query: DiscoveryQuery) -> CachedResponse:
     """Query one page and encode it, labelled with the sequence number read before the query."""
     rank = side_effect_rank(query.side_effect_max)
+    if query.q:
+        return await _ranked_page(registry, viewer, query, rank)
     after = decode_cursor(query.cursor, tuple[str, str, str, str]) if query.cursor else None
     async with registry.pool.acquire() as conn:
         seq, next_effective = await capability_queries.snapshot_bounds(conn)
         rows = await capability_queries.discover(
             conn, viewer_tenant=viewer, tags=list(query.tags) if query.tags else None, side_effect_max=rank,
             latest_only=query.versions == "latest", after=after, limit=query.limit + 1,
-            q=query.q, skill=query.skill, region=query.region, agent=query.agent, tenant=query.tenant,
+            skill=query.skill, region=query.region, agent=query.agent, tenant=query.tenant,
             status=query.status, healthy_only=query.health == "healthy",
         )
     page = rows[:query.limit]
     next_cursor = page_cursor(page[-1]) if len(rows) > query.limit else None
+    return _encoded_page(page, next_cursor, seq, next_effective)
+
+
+def search_filters(query: DiscoveryQuery, side_effect_max: int | None) -> ranking.SearchFilters:
+    """The filters of a discovery question, for registry.ranking.rank."""
+    return ranking.SearchFilters(
+        skill=query.skill, tags=query.tags, side_effect_max=side_effect_max, region=query.region, agent=query.agent,
+        tenant=query.tenant, status=query.status, healthy_only=query.health == "healthy",
+        latest_only=query.versions == "latest",
+    )
+
+
+async def _ranked_page(registry: Registry, viewer: str | None, query: DiscoveryQuery, rank: int | None) -> CachedResponse:
+    """A page of a discovery question with `q`: best first (registry.ranking), cursors in that order."""
+    assert query.q
+    after = ranking.decode_position(query.cursor) if query.cursor else None
+    async with registry.pool.acquire() as conn:
+        seq, next_effective = await capability_queries.snapshot_bounds(conn)
+        ranked = await ranking.rank(conn, viewer, query.q, search_filters(query, rank), after=after, limit=query.limit + 1)
+    page = [r.row for r in ranked[:query.limit]]
+    next_cursor = ranking.encode_position(ranked[query.limit - 1].position) if len(ranked) > query.limit else None
+    return _encoded_page(page, next_cursor, seq, next_effective)
+
+
+def _encoded_page(page: list[asyncpg.Record], next_cursor: str | None, seq: int, next_effective: Any) -> CachedResponse:
     body = _encoder.encode(DiscoveryPage(items=[public_capability(r) for r in page], next_cursor=next_cursor))
     # liveInstances drops when a lease lapses, and health flips at the last: the page is good until the first such moment.
     boundaries = [r["lease_until"] for r in page]

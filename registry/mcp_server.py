@@ -1,12 +1,12 @@
 """The MCP server behind `/mcp`: JSON-RPC 2.0 messages of the Model Context Protocol (Streamable
-HTTP transport, revisions 2025-03-26 to 2025-11-25), and the four tools LLM routers use to find
-capabilities, read their schemas and obtain delegation tickets.
+HTTP transport, revisions 2025-03-26 to 2025-11-25), and the five tools LLM routers use to find
+capabilities, read their schemas and obtain delegation tickets, and `find_capability` (offers).
 
 Stateless: no `Mcp-Session-Id` is issued and nothing is kept between requests, so any replica
 answers any request. Every request is answered with one JSON body (no SSE streams; GET is 405).
 
 The tools call the services the HTTP API calls (registry.discovery.discovery_page,
-registry.release.release, registry.tickets.request_ticket), for the caller the HTTP
+registry.offers.make_offers, registry.release.release, registry.tickets.request_ticket), for the caller the HTTP
 request authenticated; a refusal is a tool result with `isError: true` whose structured content is
 the problem body the HTTP API would have answered. Malformed JSON-RPC is a JSON-RPC error; a call
 of an unknown tool is an `invalid params` error; arguments that do not fit a tool's input schema are
@@ -22,6 +22,8 @@ import asyncpg
 import msgspec
 
 from auth.principal import Caller
+from auth.policy import check_scope
+from registry import offers as offer_service
 from registry import release
 from registry.refusals import REFUSED, refuse
 from registry.tickets import DENIED as TICKET_DENIED
@@ -44,7 +46,7 @@ from registry.discovery import (
     parse_capability_ref,
     viewer_tenant,
 )
-from registry.problems import ErrorItem, ProblemError, decode_error_item, invalid_request, invalid_token, problem_of
+from registry.problems import ErrorItem, ProblemError, decode_error_item, invalid_request, invalid_token, problem_of, refused
 from registry.records import SideEffect
 from registry.state import Registry
 from registry.wire import Wire
@@ -66,6 +68,7 @@ REF_MAX_LENGTH = 64 + 1 + 64 + 1 + 128 + 1 + VERSION_REQUEST_MAX_LENGTH
 INSTRUCTIONS = (
     "capreg is a registry of capabilities (skills) offered by AI agents. Use it to find an agent that can "
     "do a task, learn how to call it, and obtain a short-lived delegation ticket to call it with. "
+    "Quickest: find_capability (describe the need; get ranked offers you may call now, with an instance). "
     "Typical flow: search_capabilities (public metadata, no schemas) -> get_capability (input and output "
     "schemas, examples and endpoints; needs a token holding the capability's scopes) -> request_ticket "
     "(a signed ticket for exactly the scopes you need) -> call the agent at one of its endpoints with the "
@@ -140,6 +143,22 @@ class TicketArguments(Wire, forbid_unknown_fields=True):
         min_length=1, max_length=IDEMPOTENCY_KEY_MAX_LENGTH,
         description="repeat a request with the same key and arguments to get the same ticket instead of a new one",
     )] | None = None
+
+
+class FindArguments(Wire, forbid_unknown_fields=True):
+    need: Annotated[str, msgspec.Meta(
+        min_length=1, max_length=QUERY_MAX_LENGTH,
+        description="what you need done, in plain words (e.g. 'look up an unpaid invoice'); typos and word forms are fine",
+    )]
+    region: Annotated[str, msgspec.Meta(
+        max_length=REGION_MAX_LENGTH, description="the data region the work must stay in (e.g. 'eu'), if any",
+    )] | None = None
+    side_effect_max: Annotated[SideEffect, msgspec.Meta(
+        description="the most dangerous side effect you accept: none < idempotent < write < destructive",
+    )] | None = None
+    limit: Annotated[int, msgspec.Meta(
+        ge=1, le=offer_service.MAX_LIMIT, description=f"offers to return, best first (1 to {offer_service.MAX_LIMIT})",
+    )] = offer_service.DEFAULT_LIMIT
 
 
 # ---------------------------------------------------------------------------
@@ -217,6 +236,24 @@ async def request_ticket_tool(call: Call, args: TicketArguments) -> ToolResult:
     return ToolResult(answer.body)
 
 
+async def find_capability(call: Call, args: FindArguments) -> ToolResult:
+    caller = _authenticated(call)
+    body = offer_service.OfferRequest(need=args.need, region=args.region, side_effect_max=args.side_effect_max, limit=args.limit)
+    try:
+        if (refusal := check_scope(caller, "registry:read")) is not None:
+            raise refused(refusal)
+        answer = await offer_service.make_offers(call.registry, caller, body, trace_id=call.trace_id)
+    except ProblemError as error:  # as POST /v1/offers: the caller's refusal, `request.refused`
+        raise await refuse(call.registry, caller, error, event_type=REFUSED, tenant=None,
+                           ref="POST /mcp find_capability", trace_id=call.trace_id) from None
+    note = None if answer.offers else (
+        "No capability can be offered to you now. `excluded` counts those you can see but were left out: "
+        "scope (your token lacks a scope they need), region (their data regions do not meet yours or the "
+        "region asked for), unhealthy (no live instance)."
+    )
+    return ToolResult(msgspec.to_builtins(answer), note=note)
+
+
 class Tool(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     title: str
@@ -231,6 +268,27 @@ class Tool(msgspec.Struct, frozen=True, kw_only=True):
 
 
 TOOLS = {tool.name: tool for tool in (
+    Tool(
+        name="find_capability",
+        title="Find the capability to call now",
+        description=(
+            "Start here when you need an agent to do something. Describe the task in words (`need`); the "
+            "registry answers, best first, the capabilities you may call right now: ones whose scopes your "
+            "token holds, whose data regions your token's `regions` allow (and `region`, if you give it), "
+            "whose agent has a live instance. Each offer names the capability (`ref`, `agent`, `id`, "
+            "`version`, `name`), its `sideEffect` (none < idempotent < write < destructive) and "
+            "`requiresApproval`, the least-loaded live `instance` to call (instanceId, url, load), a `score` "
+            "in [0, 1] and `why` (relevance to your words, risk, load, slo; each in [0, 1], higher is "
+            "better). Prefer the first offer unless its side effect is more than the task needs; pass "
+            "sideEffectMax 'none' for read-only work. `excluded` counts capabilities you can see that were "
+            "left out, by reason: scope, region, unhealthy. Next: get_capability for the chosen ref's "
+            "input schema, then request_ticket. Needs a bearer token with registry:read; each offer is audited."
+        ),
+        arguments=FindArguments,
+        run=find_capability,
+        annotations={"readOnlyHint": True, "openWorldHint": False},
+        malformed_event=REFUSED,
+    ),
     Tool(
         name="search_capabilities",
         title="Search capabilities",

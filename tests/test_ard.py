@@ -462,3 +462,16 @@ async def test_configured_publisher_domain(settings, mint, client, tenant, fleet
     with pytest.raises(Exception, match="lowercase FQDN"):
         async with running_app(msgspec.structs.replace(settings, publisher_domains={tenant: "NOT A DOMAIN"})):
             pass
+
+
+async def test_search_is_ranked_search(client, mint, tenant):
+    """Inflections, one typing error and stop words as ranked discovery treats them; scores 0-100."""
+    word = "zt" + secrets.token_hex(3)
+    await register(client, mint, tenant, "invoicer", agent("Invoicer", [skill("pay.invoicing", words=f"{word} invoicing")]))
+    page = await search(client, {"query": {"text": f"the {word} invoices"}, "pageSize": 100})
+    [mine] = [r for r in page["results"] if r["metadata"]["capreg.ref"] == f"{tenant}/invoicer"]
+    assert mine["score"] == 100  # every word that counts matched in id or name
+    typo = word[:2] + word[3] + word[2] + word[4:]  # two adjacent letters swapped
+    page = await search(client, {"query": {"text": typo}, "pageSize": 100})
+    assert f"{tenant}/invoicer" in [r["metadata"]["capreg.ref"] for r in page["results"]]
+    assert (await search(client, {"query": {"text": "the and of"}}))["results"] == []

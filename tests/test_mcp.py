@@ -21,7 +21,7 @@ from mcp.shared.exceptions import MCPError
 from tests.conftest import ROOT, capreg
 from tests.ticket_support import register, register_finance, skill, traced
 
-TOOL_NAMES = {"search_capabilities", "get_capability", "get_tool_definition", "request_ticket"}
+TOOL_NAMES = {"search_capabilities", "get_capability", "get_tool_definition", "request_ticket", "find_capability"}
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
@@ -93,7 +93,8 @@ async def test_tools_anonymous_and_with_tokens(client, mint, tenant):
     assert not [i for i in (await call(client, "search_capabilities", private))["structuredContent"]["items"] if i["tenant"] == tenant]
     reader = mint(tenant, "router", "registry:read invoice:read invoice:list")
     mine = (await call(client, "search_capabilities", private, reader))["structuredContent"]["items"]
-    assert [i["ref"] for i in mine if i["tenant"] == tenant] == [f"{tenant}/billing-agent/invoice.lookup@2.0.0"]
+    # Ranked words (docs/api.md#ranked-search): both words of the id first, then "invoice" alone.
+    assert [i["ref"] for i in mine if i["tenant"] == tenant][0] == f"{tenant}/billing-agent/invoice.lookup@2.0.0"
 
     anonymous = await call(client, "get_capability", {"ref": ref})
     assert anonymous["isError"] is True
@@ -181,7 +182,7 @@ async def test_bad_arguments_are_tool_errors(client, mint, tenant, arguments, pa
 
 
 @pytest.mark.parametrize("arguments", [{"limit": 0}, {"limit": 201}, {"limit": "5"}, {"limit": 5.0}, {"limit": True},
-                                       {"sideEffectMax": "harmless"}, {"cursor": "nope"}, {"tag": [1]}, {"q": "x" * 300}])
+                                       {"sideEffectMax": "harmless"}, {"cursor": "nope"}, {"tag": [1]}, {"q": "x" * 513}])
 async def test_bad_search_arguments_are_tool_errors(client, arguments):
     result = await call(client, "search_capabilities", arguments)
     assert result["isError"] is True and result["structuredContent"]["code"] == "invalid_request"
@@ -461,3 +462,35 @@ async def test_a_nul_in_tool_arguments_is_refused_and_audited_as_on_the_json_api
     rows = await db.fetch("SELECT type, reason, ref FROM audit_events WHERE trace_id = $1 ORDER BY seq", trace_id)
     assert [(r["type"], r["reason"]) for r in rows] == [("request.refused", "invalid_request: NUL")] * 2
     assert [r["ref"] for r in rows] == ["POST /mcp get_capability", "POST /mcp request_ticket"]
+
+
+# ---------------------------------------------------------------------------
+# find_capability: POST /v1/offers as a tool (docs/api.md#offers)
+
+
+async def test_find_capability_is_the_offers_answer(client, mint, tenant, db):
+    from tests.search_support import agent, heartbeat, publish
+    from tests.search_support import skill as plain_skill
+
+    await publish(client, mint, tenant, {"billing": agent(
+        plain_skill("invoice.lookup", "Look up an invoice", "Returns one invoice."), visibility="tenant")})
+    await heartbeat(client, mint, tenant, "billing", "i1", load=0.3)
+    router = mint(tenant, "router", "registry:read")
+    found = await call(client, "find_capability", {"need": "look up an invocie", "limit": 3}, router)
+    assert found["isError"] is False
+    http = (await client.post("/v1/offers", json={"need": "look up an invocie", "limit": 3}, headers=router)).json()
+    assert found["structuredContent"] == http
+    assert http["offers"][0]["ref"] == f"{tenant}/billing/invoice.lookup@1.0.0" and http["offers"][0]["instance"]["load"] == 0.3
+    assert await db.fetchval("SELECT count(*) FROM audit_events WHERE tenant = $1 AND type = 'offer.made'", tenant) == 2
+
+    anonymous = await call(client, "find_capability", {"need": "invoice"})
+    assert anonymous["isError"] is True and anonymous["structuredContent"]["status"] == 401
+    no_read = await call(client, "find_capability", {"need": "invoice"}, mint(tenant, "router", "invoice:read"))
+    assert no_read["isError"] is True and no_read["structuredContent"]["code"] == "insufficient_scope"
+    for bad in ({"need": "x", "limit": 21}, {"need": "x", "sideEffectMax": "explosive"}, {}, {"need": "x" * 513}):
+        result = await call(client, "find_capability", bad, router)
+        assert result["isError"] is True and result["structuredContent"]["code"] == "invalid_request", bad
+    refused = await db.fetch("SELECT type FROM audit_events WHERE actor_tenant = $1 AND outcome = 'denied'", tenant)
+    assert {r["type"] for r in refused} == {"request.refused"} and len(refused) == 5
+    empty = await call(client, "find_capability", {"need": "zzzqqq"}, router)
+    assert empty["isError"] is False and empty["structuredContent"]["offers"] == [] and "excluded" in empty["content"][0]["text"]
