@@ -9,9 +9,12 @@ registry.problems answers in ARD's envelope on /ard/*.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ipaddress
-from datetime import datetime
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Annotated, Literal
 from urllib.parse import urlsplit
 
@@ -19,6 +22,7 @@ import asyncpg
 import msgspec
 
 from db import ard as ard_queries
+from db import capabilities as capability_queries
 from db import ranked_search as ranked_queries
 from db.ard import A2A_CARD_TYPE, FACET_FIELDS, SIDE_EFFECT_NAMES, EntryFilter, FacetRequest, TextMatch
 from registry.ard_names import Publishers, agent_urn, parse_agent_urn
@@ -26,6 +30,7 @@ from registry.cursors import decode_cursor, encode_cursor
 from registry.problems import ErrorItem, ProblemError, invalid_request, not_found
 from registry import ranking
 from registry.records import SIDE_EFFECT_ORDER
+from registry.response_cache import DEFAULT_MAX_AGE, CachedResponse, etag_of, expiry
 from registry.wire import Wire
 
 if TYPE_CHECKING:
@@ -400,33 +405,67 @@ def _entry(ctx: ArdContext, row: asyncpg.Record) -> ArdEntry:
     )
 
 
-async def _entries(conn: asyncpg.Connection, ctx: ArdContext, keys: list[tuple[str, str]]) -> list[ArdEntry]:
-    """Entries for the keys, in the keys' order."""
+async def _entries(conn: asyncpg.Connection, ctx: ArdContext, keys: list[tuple[str, str]]) -> tuple[list[ArdEntry], list]:
+    """Entries for the keys, in the keys' order, and the moments their lease figures change by
+    themselves (a cached answer ends at the first)."""
     rows = {(r["tenant"], r["agent_id"]): r for r in await ard_queries.entry_rows(conn, keys)}
-    return [_entry(ctx, rows[key]) for key in keys if key in rows]
+    found = [rows[key] for key in keys if key in rows]
+    return [_entry(ctx, row) for row in found], [row["lease_until"] for row in found]
 
 
-def _snapshot(registry: Registry):
-    """One read-only snapshot: the page and its entries come from the same moment."""
-    return registry.pool.acquire()
+class Answer(msgspec.Struct):
+    """An answer and how long it stays true: the change sequence read before its queries, and the
+    moments it may change by time alone (leases lapsing, versions coming into force)."""
+
+    body: object
+    seq: int
+    boundaries: list
+    # Depends on the leases of agents not shown (health filter or facet): kept one second at most.
+    short: bool = False
 
 
-async def search(registry: Registry, ctx: ArdContext, request: SearchRequest) -> SearchResponse:
+_encoder = msgspec.json.Encoder()
+
+
+async def cached_answer(registry: Registry, key: tuple, compute: Callable[[], Awaitable[Answer]]) -> CachedResponse:
+    """The encoded answer for `key` (the question: endpoint, caller's view, registry URL, request
+    bytes) from the per-process response cache (exact: registry.response_cache), else computed."""
+    entry = registry.responses.get(key, registry.watcher.cache_seq(), time.monotonic())
+    if entry is None:
+        answer = await compute()
+        body = _encoder.encode(answer.body)
+        expires = expiry(time.monotonic(), datetime.now(timezone.utc), answer.boundaries,
+                         max_age=1.0 if answer.short else DEFAULT_MAX_AGE)
+        entry = CachedResponse(body=body, etag=etag_of(body), seq=answer.seq, expires=expires)
+        registry.responses.put(key, entry, registry.watcher.cache_seq())
+    return entry
+
+
+@contextlib.asynccontextmanager
+async def _snapshot(registry: Registry) -> AsyncIterator[tuple[asyncpg.Connection, int, list]]:
+    """One read-only snapshot, so a page and its entries come from the same moment; with the change
+    sequence and the next effective moment read first (db.capabilities.snapshot_bounds)."""
+    async with registry.pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        seq, next_effective = await capability_queries.snapshot_bounds(conn)
+        yield conn, seq, [next_effective]
+
+
+async def search(registry: Registry, ctx: ArdContext, request: SearchRequest) -> Answer:
     text = request.query.text
     if text is None or not text.strip():
         raise _bad("/query/text", "query.text is required (1 to 512 characters)")
     where = search_filter(request.query.filter, ctx.publishers)
     fingerprint = _fingerprint("search", ctx.viewer, text, request.query.filter)
     after = _page_key(request.page_token, "s", fingerprint, tuple[str, str, int, str])
-    async with _snapshot(registry) as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+    async with _snapshot(registry) as (conn, seq, boundaries):
         plan = await text_match(conn, text)
         if plan is None:
-            return SearchResponse(results=[])
+            return Answer(SearchResponse(results=[]), seq, boundaries)
         rows = await ard_queries.ranked_page(
             conn, viewer_tenant=ctx.viewer, where=where, text=plan, after=after, limit=request.page_size + 1,
         )
         page = rows[:request.page_size]
-        entries = await _entries(conn, ctx, [(r["tenant"], r["agent_id"]) for r in page])
+        entries, leases = await _entries(conn, ctx, [(r["tenant"], r["agent_id"]) for r in page])
     scores = {(r["tenant"], r["agent_id"]): r["score"] for r in page}
     results = [
         ArdSearchResult(**msgspec.structs.asdict(entry), score=ard_score(scores[_key_of(entry)], plan), source=ctx.source)
@@ -436,7 +475,7 @@ async def search(registry: Registry, ctx: ArdContext, request: SearchRequest) ->
     if len(rows) > request.page_size:
         last = page[-1]
         token = encode_cursor(["s", fingerprint, last["score"], last["tie"]])
-    return SearchResponse(results=results, page_token=token)
+    return Answer(SearchResponse(results=results, page_token=token), seq, boundaries + leases, short=where.health is not None)
 
 
 def _key_of(entry: ArdEntry) -> tuple[str, str]:
@@ -446,24 +485,24 @@ def _key_of(entry: ArdEntry) -> tuple[str, str]:
 
 async def list_agents(
     registry: Registry, ctx: ArdContext, *, expression: str | None, order_by: str | None, page_size: int, page_token: str | None,
-) -> ListResponse:
+) -> Answer:
     if order_by is not None and order_by.strip().lower() not in ("identifier", "identifier asc"):
         raise _bad("orderBy", "entries are listed in identifier order only (orderBy=identifier)")
     where = list_filter(expression, ctx.publishers)
     fingerprint = _fingerprint("list", ctx.viewer, expression or "")
     after = _page_key(page_token, "l", fingerprint, tuple[str, str, str])
-    async with _snapshot(registry) as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+    async with _snapshot(registry) as (conn, seq, boundaries):
         rows = await ard_queries.identifier_page(
             conn, viewer_tenant=ctx.viewer, where=where, configured=ctx.publishers.configured,
             after=after[0] if after else None, limit=page_size + 1,
         )
         page = rows[:page_size]
-        entries = await _entries(conn, ctx, [(r["tenant"], r["agent_id"]) for r in page])
+        entries, leases = await _entries(conn, ctx, [(r["tenant"], r["agent_id"]) for r in page])
     token = encode_cursor(["l", fingerprint, page[-1]["identifier"]]) if len(rows) > page_size else None
-    return ListResponse(items=entries, page_token=token, next_page_token=token)
+    return Answer(ListResponse(items=entries, page_token=token, next_page_token=token), seq, boundaries + leases)
 
 
-async def lookup(registry: Registry, ctx: ArdContext, identifier: str) -> ArdEntry:
+async def lookup(registry: Registry, ctx: ArdContext, identifier: str) -> Answer:
     """The entry of one identifier: 404 alike for an absent agent and one the caller may not see."""
     urn = parse_agent_urn(identifier)
     if urn is None:
@@ -472,15 +511,15 @@ async def lookup(registry: Registry, ctx: ArdContext, identifier: str) -> ArdEnt
     if tenant is None:
         raise not_found("no such agent")
     where = EntryFilter(agent=(tenant, urn.agent_id))
-    async with _snapshot(registry) as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+    async with _snapshot(registry) as (conn, seq, boundaries):
         rows = await ard_queries.ranked_page(conn, viewer_tenant=ctx.viewer, where=where, text=None, after=None, limit=1)
-        entries = await _entries(conn, ctx, [(r["tenant"], r["agent_id"]) for r in rows])
+        entries, leases = await _entries(conn, ctx, [(r["tenant"], r["agent_id"]) for r in rows])
     if not entries:
         raise not_found("no such agent")
-    return entries[0]
+    return Answer(entries[0], seq, boundaries + leases)
 
 
-async def explore(registry: Registry, ctx: ArdContext, request: ExploreRequest) -> ExploreResponse:
+async def explore(registry: Registry, ctx: ArdContext, request: ExploreRequest) -> Answer:
     query = request.query or QueryModel()
     where = search_filter(query.filter, ctx.publishers)
     facets: list[FacetRequest] = []
@@ -490,12 +529,14 @@ async def explore(registry: Registry, ctx: ArdContext, request: ExploreRequest) 
         if any(f.field == facet.field for f in facets):
             raise _bad(f"/resultType/facets/{i}/field", f"facet {facet.field!r} is requested twice")
         facets.append(FacetRequest(field=facet.field, limit=facet.limit, min_count=facet.min_count))
-    async with _snapshot(registry) as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+    short = where.health is not None or any(f.field == "metadata.capreg.health" for f in facets)
+    async with _snapshot(registry) as (conn, seq, boundaries):
         text = None
         if query.text and query.text.strip():
             text = await text_match(conn, query.text)
             if text is None:  # no word that counts: the matched set is empty, as in search
-                return ExploreResponse(result_type="facets", facets={f.field: FacetResult(buckets=[]) for f in facets})
+                empty = ExploreResponse(result_type="facets", facets={f.field: FacetResult(buckets=[]) for f in facets})
+                return Answer(empty, seq, boundaries)
         rows = await ard_queries.facet_counts(
             conn, viewer_tenant=ctx.viewer, where=where, text=text, facets=facets, configured=ctx.publishers.configured,
         )
@@ -505,4 +546,4 @@ async def explore(registry: Registry, ctx: ArdContext, request: ExploreRequest) 
     for row in rows:
         if row["other"]:
             results[row["field"]].other_count = row["n"]
-    return ExploreResponse(result_type="facets", facets=results)
+    return Answer(ExploreResponse(result_type="facets", facets=results), seq, boundaries, short=short)

@@ -16,6 +16,7 @@ from registry.authentication import optional_caller
 from registry.discovery import viewer_tenant
 from registry.problems import ArdError, PROBLEM_MEDIA_TYPE, TITLES, Problem
 from registry.request_guard import body_schema, read_body
+from registry.response_cache import CachedResponse
 from registry.state import registry_of
 
 
@@ -41,6 +42,11 @@ async def _context(request: Request) -> ard.ArdContext:
 _PRIVATE = {"Cache-Control": "private, no-store", "Vary": "Authorization"}
 
 
+def _answer(entry: CachedResponse) -> Response:
+    # Answers are cached per process (registry.ard.cached_answer), never by intermediaries.
+    return Response(entry.body, media_type="application/json", headers=_PRIVATE)
+
+
 @get(
     "/.well-known/ard.json",
     summary="ARD manifest: this registry and where its ARD Registry API is",
@@ -59,9 +65,12 @@ async def ard_manifest(request: Request) -> ard.Manifest:
     responses=_ard_errors(400, 401, 413),
 )
 async def ard_search(request: Request) -> Response[ard.SearchResponse]:
-    ctx = await _context(request)
-    body = await read_body(request, ard.SearchRequest)
-    return Response(await ard.search(registry_of(request), ctx, body), headers=_PRIVATE)
+    ctx, registry = await _context(request), registry_of(request)
+
+    async def compute() -> ard.Answer:
+        return await ard.search(registry, ctx, await read_body(request, ard.SearchRequest))
+
+    return _answer(await ard.cached_answer(registry, ("ard-search", ctx.viewer, ctx.public_url, await request.body()), compute))
 
 
 @get(
@@ -77,11 +86,15 @@ async def ard_list(
     page_size: Annotated[int, QueryParameter(name="pageSize", ge=1, le=ard.MAX_PAGE_SIZE)] = ard.LIST_PAGE_SIZE,
     page_token: Annotated[str | None, QueryParameter(name="pageToken", max_length=1024)] = None,
 ) -> Response[ard.ListResponse]:
-    ctx = await _context(request)
-    answer = await ard.list_agents(
-        registry_of(request), ctx, expression=filter_, order_by=order_by, page_size=page_size, page_token=page_token,
-    )
-    return Response(answer, headers=_PRIVATE)
+    ctx, registry = await _context(request), registry_of(request)
+
+    async def compute() -> ard.Answer:
+        return await ard.list_agents(
+            registry, ctx, expression=filter_, order_by=order_by, page_size=page_size, page_token=page_token,
+        )
+
+    key = ("ard-list", ctx.viewer, ctx.public_url, filter_, order_by, page_size, page_token)
+    return _answer(await ard.cached_answer(registry, key, compute))
 
 
 @get(
@@ -93,8 +106,12 @@ async def ard_lookup(
     request: Request,
     identifier: Annotated[str, PathParameter(max_length=1024, description="urn:air:{publisher}:{agentId}")],
 ) -> Response[ard.ArdEntry]:
-    ctx = await _context(request)
-    return Response(await ard.lookup(registry_of(request), ctx, identifier), headers=_PRIVATE)
+    ctx, registry = await _context(request), registry_of(request)
+
+    async def compute() -> ard.Answer:
+        return await ard.lookup(registry, ctx, identifier)
+
+    return _answer(await ard.cached_answer(registry, ("ard-agent", ctx.viewer, ctx.public_url, identifier), compute))
 
 
 @post(
@@ -105,9 +122,12 @@ async def ard_lookup(
     responses=_ard_errors(400, 401, 413),
 )
 async def ard_explore(request: Request) -> Response[ard.ExploreResponse]:
-    ctx = await _context(request)
-    body = await read_body(request, ard.ExploreRequest)
-    return Response(await ard.explore(registry_of(request), ctx, body), headers=_PRIVATE)
+    ctx, registry = await _context(request), registry_of(request)
+
+    async def compute() -> ard.Answer:
+        return await ard.explore(registry, ctx, await read_body(request, ard.ExploreRequest))
+
+    return _answer(await ard.cached_answer(registry, ("ard-explore", ctx.viewer, ctx.public_url, await request.body()), compute))
 
 
 ROUTES = [ard_manifest, ard_search, ard_list, ard_lookup, ard_explore]
