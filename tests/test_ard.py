@@ -475,3 +475,17 @@ async def test_search_is_ranked_search(client, mint, tenant):
     page = await search(client, {"query": {"text": typo}, "pageSize": 100})
     assert f"{tenant}/invoicer" in [r["metadata"]["capreg.ref"] for r in page["results"]]
     assert (await search(client, {"query": {"text": "the and of"}}))["results"] == []
+
+
+async def test_rate_limits_apply(settings):
+    import msgspec
+
+    from tests.conftest import running_app
+
+    limited = msgspec.structs.replace(settings, rate_limit=0.5, rate_burst=2)
+    async with running_app(limited) as (_, client):
+        statuses = [(await client.post("/ard/search", json={"query": {"text": "invoice"}})) for _ in range(4)]
+        assert [r.status_code for r in statuses[:2]] == [200, 200]
+        refused = statuses[-1]
+        assert refused.status_code == 429 and "retry-after" in refused.headers
+        assert refused.json()["errorCode"] == "RATE_LIMIT_EXCEEDED"
