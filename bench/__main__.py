@@ -359,6 +359,24 @@ async def explain_plans(dsn: str) -> dict[str, str]:
             conn = Explaining(pool)
             await capabilities.discover(conn, **kwargs)
             plans[title] = conn.plan
+        # ARD (docs/api.md#ard): search by relevance, explore's facets, the list in identifier order.
+        from db import ard
+
+        invoice = ard.TextMatch(any_query="( invoice )", word_queries=["invoice"], head_queries=["invoice:AB"])
+        conn = Explaining(pool)
+        await ard.ranked_page(conn, viewer_tenant=None, where=ard.EntryFilter(), text=invoice, after=None, limit=11)
+        plans["ARD search 'invoice' (page of 10)"] = conn.plan
+        conn = Explaining(pool)
+        await ard.facet_counts(conn, viewer_tenant=None, where=ard.EntryFilter(), text=invoice, configured={},
+                               facets=[ard.FacetRequest("tags", 20, 1), ard.FacetRequest("publisher", 20, 1)])
+        plans["ARD explore 'invoice' (tags, publisher)"] = conn.plan
+        conn = Explaining(pool)
+        await ard.facet_counts(conn, viewer_tenant=None, where=ard.EntryFilter(), text=None, configured={},
+                               facets=[ard.FacetRequest("type", 20, 1), ard.FacetRequest("tags", 20, 1)])
+        plans["ARD explore, whole registry (type, tags)"] = conn.plan
+        conn = Explaining(pool)
+        await ard.identifier_page(conn, viewer_tenant=None, where=ard.EntryFilter(), configured={}, after=None, limit=21)
+        plans["ARD list, first page of 20"] = conn.plan
     except (asyncpg.PostgresError, TypeError) as exc:
         plans["error"] = repr(exc)
     finally:
@@ -515,6 +533,25 @@ def main(argv: list[str] | None = None) -> int:
             [{"method": "GET", "path": f"/v1/agents/{a.tenant}/{a.agent_id}/.well-known/agent-card.json"} for a in public])
         run("agent_view", "agent view GET /v1/agents/{t}/{a}",
             [{"method": "GET", "path": f"/v1/agents/{a.tenant}/{a.agent_id}"} for a in public])
+
+        # ARD (docs/api.md#ard): the same words as filtered discovery, as ARD searches and facets.
+        ard_json = {"Content-Type": "application/json"}
+        nouns = sorted({noun for domain in data.DOMAINS for noun in data.DOMAINS[domain]})
+        if "/ard/search" in paths:
+            run("ard_search", "ARD search (text, page of 10)", [
+                {"method": "POST", "path": "/ard/search", "headers": ard_json,
+                 "body": json.dumps({"query": {"text": noun}, "pageSize": 10})} for noun in nouns])
+            run("ard_search_filtered", "ARD search (text + tags + sideEffectMax)", [
+                {"method": "POST", "path": "/ard/search", "headers": ard_json,
+                 "body": json.dumps({"query": {"text": noun, "filter": {"tags": domain, "metadata.capreg.sideEffectMax": "write"}}})}
+                for domain in sorted(data.DOMAINS) for noun in data.DOMAINS[domain]])
+            run("ard_explore", "ARD explore (text; tags and publisher facets)", [
+                {"method": "POST", "path": "/ard/explore", "headers": ard_json,
+                 "body": json.dumps({"query": {"text": noun}, "resultType": {"facets": [{"field": "tags"}, {"field": "publisher"}]}})}
+                for noun in nouns])
+            run("ard_list", "ARD list, first page of 20", [{"method": "GET", "path": "/ard/agents"}])
+        else:
+            unavailable("ard_search", "ARD search (text, page of 10)", "POST /ard/search not served")
 
         auth = {"Authorization": f"Bearer {reader}"}
         detail_path = "/v1/agents/{tenant}/{agent_id}/skills/{skill_id}/versions/{version}"

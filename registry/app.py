@@ -18,10 +18,12 @@ from auth.keys import ensure_signing_key, load_keyring
 from db.embedded import resolve_database_url
 from db.migrate import apply_migrations
 from db.pool import create_pool
+from registry.ard_names import check_publisher_domains
 from registry.config import Settings, load_settings
 from registry.problems import handle_exception
 from registry.routes import a2a_rpc, agents, approvals, audit, console, discovery, mcp, ops, release, tickets, versions
 from registry.routes import offers
+from registry.routes import ard
 from registry import api_docs, audit_chain
 from registry.change_watcher import ChangeWatcher
 from registry.state import Registry
@@ -35,6 +37,7 @@ log = logging.getLogger("capreg")
 
 def create_app(settings: Settings | None = None) -> Litestar:
     settings = settings or load_settings()
+    check_publisher_domains(settings.publisher_domains)  # ARD publisher domains: refused at start-up, not per request
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -88,6 +91,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         route_handlers=api_docs.documented([
             *agents.ROUTES, *discovery.ROUTES, *release.ROUTES, *versions.ROUTES, *tickets.ROUTES, *approvals.ROUTES,
             *audit.ROUTES, *ops.ROUTES, *mcp.ROUTES, serve_metrics, *offers.ROUTES, *a2a_rpc.ROUTES,
+            *ard.ROUTES,  # ARD: /.well-known/ard.json and /ard/*
             *console.ROUTES,  # the security console and the offline /schema assets
         ]),
         lifespan=[lifespan],

@@ -9,6 +9,7 @@ from pathlib import Path
 import msgspec
 
 from auth.issuers import TrustedIssuer
+from registry.ard_names import PublisherDomainError, parse_publisher_domains
 
 class Settings(msgspec.Struct, kw_only=True):
     database_url: str | None = None
@@ -30,6 +31,9 @@ class Settings(msgspec.Struct, kw_only=True):
     # Proxies (addresses or CIDR networks) whose X-Forwarded-For names the client; none by default.
     trusted_proxies: list[str] = []
     retention_days: int = 30  # expired idempotency keys and old approvals are pruned after this
+    # ARD (docs/api.md#ard): tenant -> publisher domain, and the manifest's host name.
+    publisher_domains: dict[str, str] = {}
+    display_name: str = "capreg"
 
 
 def _number(env: dict[str, str], name: str, default, kind=int):
@@ -52,6 +56,10 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
             ipaddress.ip_network(proxy, strict=False)
         except ValueError:
             raise SystemExit(f"CAPREG_TRUSTED_PROXIES: {proxy!r} is not an IP address or network") from None
+    try:
+        publisher_domains = parse_publisher_domains(env.get("CAPREG_PUBLISHER_DOMAINS") or "")
+    except PublisherDomainError as exc:
+        raise SystemExit(str(exc)) from None
     return Settings(
         database_url=env.get("DATABASE_URL") or None,
         home=Path(env.get("CAPREG_HOME") or ".capreg"),
@@ -71,6 +79,8 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         checkpoint_interval=_number(env, "CAPREG_CHECKPOINT_INTERVAL", 300),
         trusted_proxies=proxies,
         retention_days=_number(env, "CAPREG_RETENTION_DAYS", 30),
+        publisher_domains=publisher_domains,
+        display_name=(env.get("CAPREG_DISPLAY_NAME") or "capreg")[:200],
     )
 
 

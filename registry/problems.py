@@ -158,7 +158,42 @@ def problem_of(error: ProblemError, trace_id: str | None) -> Problem:
     )
 
 
+# ARD (docs/api.md#ard) answers errors on /ard/* in its own envelope and codes (ARD Appendix B);
+# statuses ARD does not name keep their status under the nearest code.
+ARD_ERROR_CODES = {
+    400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+    405: "INVALID_ARGUMENT", 409: "INVALID_ARGUMENT", 413: "INVALID_ARGUMENT", 415: "INVALID_ARGUMENT",
+    429: "RATE_LIMIT_EXCEEDED", 500: "INTERNAL_ERROR", 501: "UNIMPLEMENTED", 503: "UNAVAILABLE",
+}
+
+
+class ArdError(msgspec.Struct):
+    """ARD's `Error`: `{"errorCode", "message"}`."""
+
+    errorCode: str
+    message: str
+
+
+def is_ard_path(path: str) -> bool:
+    return path == "/ard" or path.startswith("/ard/")
+
+
+def ard_error_body(error: ProblemError) -> bytes:
+    code = ARD_ERROR_CODES.get(error.status, "INTERNAL_ERROR" if error.status >= 500 else "INVALID_ARGUMENT")
+    message = error.detail
+    details = [f"{item.path or '/'}: {item.message}" for item in (error.errors or [])[:5] if item.message != message]
+    if details:
+        message += " (" + "; ".join(details) + ")"
+    return msgspec.json.encode(ArdError(errorCode=code, message=message))
+
+
 def problem_response(request: Request, error: ProblemError) -> Response:
+    if is_ard_path(request.scope.get("path", "")):
+        trace_id = _trace_id(request)
+        return Response(
+            content=ard_error_body(error), status_code=error.status, media_type="application/json",
+            headers={**error.headers, "X-Trace-Id": trace_id},
+        )
     problem = problem_of(error, _trace_id(request))
     return Response(
         content=msgspec.json.encode(problem),
@@ -172,12 +207,15 @@ async def send_problem(scope, send, error: ProblemError) -> None:
     """Answer from ASGI middleware (before routing) with the same problem shape handlers use."""
     state = scope.setdefault("state", {})
     trace_id = state.get("trace_id") or new_trace_id()
-    body = msgspec.json.encode(Problem(
-        type=f"https://capreg.dev/problems/{error.code}", title=TITLES.get(error.status, "Error"),
-        status=error.status, detail=error.detail, code=error.code, trace_id=trace_id, errors=error.errors,
-        missing_scopes=error.missing_scopes, reason=error.reason,
-    ))
-    headers = [(b"content-type", PROBLEM_MEDIA_TYPE.encode()), (b"content-length", str(len(body)).encode()),
+    if is_ard_path(scope.get("path", "")):
+        body, media_type = ard_error_body(error), "application/json"
+    else:
+        body, media_type = msgspec.json.encode(Problem(
+            type=f"https://capreg.dev/problems/{error.code}", title=TITLES.get(error.status, "Error"),
+            status=error.status, detail=error.detail, code=error.code, trace_id=trace_id, errors=error.errors,
+            missing_scopes=error.missing_scopes, reason=error.reason,
+        )), PROBLEM_MEDIA_TYPE
+    headers = [(b"content-type", media_type.encode()), (b"content-length", str(len(body)).encode()),
                (b"x-trace-id", trace_id.encode())]
     headers += [(name.lower().encode(), value.encode()) for name, value in error.headers.items()]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})

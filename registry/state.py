@@ -20,6 +20,7 @@ from auth.keys import Keyring, load_keyring
 from auth.tokens import TokenVerifier
 from db.group_commit import GroupCommit
 from db.leases import LeaseRenewals
+from registry.ard_names import Publishers
 from registry.change_watcher import ChangeWatcher
 from registry.card_signing import CardSignatures
 from registry.config import Settings
@@ -59,6 +60,8 @@ class Registry:
         self.leases = LeaseRenewals(pool)
         # Discovery pages and public cards, valid for one change sequence number (registry.response_cache).
         self.responses = ResponseCache()
+        # ARD publisher domains of tenants, both ways (registry.ard_names).
+        self.publishers = Publishers(configured=dict(settings.publisher_domains))
         # Rows behind detail releases, on the same terms (registry.skill_records.skill_record).
         self.release_cache = ResponseCache()
         # The registry's signatures of the cards it served, once per card version (registry.card_signing).

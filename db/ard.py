@@ -1,0 +1,282 @@
+"""Queries behind ARD (docs/api.md#ard): the matched set of agents a caller may see, its pages in
+relevance or identifier order, the public rows of a page's entries, and facet counts, all in SQL.
+
+The matched set is discovery's (db.capabilities.visible_agents_filter and IN_FORCE, the latest version of
+each skill): an agent is an entry when discovery shows the caller at least one of its capabilities,
+and filters and text are decided on those latest versions, as `versions=latest` decides them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import msgspec
+
+from db.agents import HEALTH_SQL, LIVE_INSTANCES_SQL
+from db.capabilities import IN_FORCE, LEASE_UNTIL_SQL, visible_agents_filter
+
+A2A_CARD_TYPE = "application/a2a-agent-card+json"
+SIDE_EFFECT_NAMES = ("none", "idempotent", "write", "destructive")  # by rank
+
+Bind = Callable[[Any], str]
+
+# registry.ard_names.default_domain in SQL (tests check that the two agree).
+_DNS_NAME_RE = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$"
+
+
+def publisher_sql(column: str, bind: Bind, configured: dict[str, str]) -> str:
+    """The publisher domain of the tenant in `column`: its configured domain, else its default."""
+    hex_digits = f"encode(convert_to({column}, 'UTF8'), 'hex')"
+    default = f"""CASE WHEN {column} ~ '{_DNS_NAME_RE}' AND left({column}, 4) <> 'xq--'
+                       THEN {column} || '.capreg.invalid'
+                       ELSE concat_ws('.', 'xq--' || substr({hex_digits}, 1, 58), nullif(substr({hex_digits}, 59, 62), ''),
+                                      nullif(substr({hex_digits}, 121), '')) || '.capreg.invalid' END"""
+    if not configured:
+        return f"({default})"
+    tenants, domains = bind(list(configured)), bind(list(configured.values()))
+    return f"(CASE WHEN {column} = ANY ({tenants}::text[]) THEN ({domains}::text[])[array_position({tenants}::text[], {column})] ELSE {default} END)"
+
+
+class TextMatch(msgspec.Struct, frozen=True):
+    """Ranked search's plan of a text (registry.ranking.plan_query: tsquery texts of its words, stop
+    words dropped, corrections added): a version matches when any word's query does, and its score
+    is db.ranked_search's (words matched times (words + 1), plus those matched in id, name or tags)."""
+
+    any_query: str
+    word_queries: list[str]
+    head_queries: list[str]
+
+
+def _terms(bind: Bind, text: TextMatch) -> str:
+    return f"""SELECT to_tsquery('english', {bind(text.any_query)}) AS any_q,
+                      ARRAY(SELECT to_tsquery('english', x) FROM unnest({bind(text.word_queries)}::text[]) AS x) AS word_qs,
+                      ARRAY(SELECT to_tsquery('english', x) FROM unnest({bind(text.head_queries)}::text[]) AS x) AS head_qs"""
+
+
+def _score(text: TextMatch) -> str:
+    # db.ranked_search.ranked's score, over the same plan (tests/test_ard.py holds the orders equal).
+    return f"""((SELECT count(*) FROM unnest(t.word_qs) AS x WHERE c.search_vector @@ x) * {len(text.word_queries) + 1}
+               + (SELECT count(*) FROM unnest(t.head_qs) AS x WHERE c.search_vector @@ x))::int"""
+
+
+class EntryFilter(msgspec.Struct, frozen=True, kw_only=True):
+    """Constraints on the matched set (None: no constraint; an empty tuple matches nothing).
+    Within a key any value matches; all keys must match."""
+
+    agent: tuple[str, str] | None = None  # (tenant, agentId): an exact lookup
+    tenants: tuple[str, ...] | None = None  # publisher / publisherId, resolved to tenants
+    types: tuple[str, ...] | None = None
+    tags: tuple[str, ...] | None = None
+    capabilities: tuple[str, ...] | None = None
+    versions: tuple[str, ...] | None = None
+    side_effect_max: int | None = None
+    regions: tuple[str, ...] | None = None  # an agent matches when one of its skills may serve one
+    health: tuple[str, ...] | None = None
+    display_name: tuple[str, ...] | None = None  # case-insensitive substrings
+    updated_after: datetime | None = None
+    created_after: datetime | None = None
+
+
+def _like(text: str) -> str:
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text: TextMatch | None) -> str:
+    """`latest` (each visible agent's in-force latest version per skill) and `matched` (one row per
+    entry: tenant, agent_id, capabilities, side_effect_rank, score), as WITH items. With text, only
+    agents with a matching in-force version (the GIN index on search_vector) are read at all."""
+    agent_filters = [visible_agents_filter(viewer_tenant, bind), IN_FORCE]
+    if where.agent is not None:
+        agent_filters.append(f"a.tenant = {bind(where.agent[0])} AND a.agent_id = {bind(where.agent[1])}")
+    if where.tenants is not None:
+        agent_filters.append(f"a.tenant = ANY ({bind(list(where.tenants))}::text[])")
+    if where.types is not None and A2A_CARD_TYPE not in where.types:
+        agent_filters.append("false")
+    if where.versions is not None:
+        agent_filters.append(f"a.version = ANY ({bind(list(where.versions))}::text[])")
+    if where.display_name is not None:
+        names = " OR ".join(f"a.name ILIKE {bind(_like(name))}" for name in where.display_name) or "false"
+        agent_filters.append(f"({names})")
+    if where.updated_after is not None:
+        agent_filters.append(f"a.updated_at > {bind(where.updated_after)}")
+    if where.created_after is not None:
+        agent_filters.append(f"a.created_at > {bind(where.created_after)}")
+    if where.health is not None:
+        agent_filters.append(f"{HEALTH_SQL} = ANY ({bind(list(where.health))}::text[])")
+
+    text_columns = ", true AS text_match, 0 AS relevance"
+    sources = "agents a JOIN capability_versions c ON c.tenant = a.tenant AND c.agent_id = a.agent_id"
+    prelude = ""
+    if text is not None:
+        text_columns = f", c.search_vector @@ t.any_q AS text_match, {_score(text)} AS relevance"
+        prelude = f"""t AS MATERIALIZED ({_terms(bind, text)}),
+        hits AS MATERIALIZED (
+            SELECT DISTINCT c.tenant, c.agent_id FROM capability_versions c, t
+             WHERE c.search_vector @@ t.any_q AND {IN_FORCE}), """
+        sources = ("hits h CROSS JOIN t JOIN agents a ON a.tenant = h.tenant AND a.agent_id = h.agent_id"
+                   " JOIN capability_versions c ON c.tenant = a.tenant AND c.agent_id = a.agent_id")
+
+    entry_filters = ["bool_or(l.text_match)"]
+    if where.tags is not None:
+        entry_filters.append(f"bool_or(l.tags && {bind(list(where.tags))}::text[])")
+    if where.capabilities is not None:
+        entry_filters.append(f"bool_or(l.skill_id = ANY ({bind(list(where.capabilities))}::text[]))")
+    if where.side_effect_max is not None:
+        entry_filters.append(f"max(l.side_effect_rank) <= {bind(where.side_effect_max)}")
+    if where.regions is not None:
+        entry_filters.append(
+            f"bool_or(cardinality(l.data_regions) = 0 OR l.data_regions && {bind(list(where.regions))}::text[])"
+        )
+    return f"""{prelude}latest AS (
+        SELECT DISTINCT ON (c.tenant, c.agent_id, c.skill_id)
+               c.tenant, c.agent_id, c.skill_id, c.tags, c.side_effect_rank, c.data_regions{text_columns}
+          FROM {sources}
+         WHERE {" AND ".join(agent_filters)}
+         ORDER BY c.tenant, c.agent_id, c.skill_id, c.prerelease, c.version_key DESC
+    ), matched AS (
+        SELECT l.tenant, l.agent_id, array_agg(l.skill_id ORDER BY l.skill_id) AS capabilities,
+               max(l.side_effect_rank) AS side_effect_rank,
+               max(l.relevance) FILTER (WHERE l.text_match) AS score
+          FROM latest l
+         GROUP BY l.tenant, l.agent_id
+        HAVING {" AND ".join(entry_filters)}
+    )"""
+
+
+class Query:
+    """Bound parameters of one statement."""
+
+    def __init__(self) -> None:
+        self.params: list[Any] = []
+
+    def bind(self, value: Any) -> str:
+        self.params.append(value)
+        return f"${len(self.params)}"
+
+
+async def ranked_page(
+    conn: asyncpg.Connection, *, viewer_tenant: str | None, where: EntryFilter, text: TextMatch | None,
+    after: tuple[int, str] | None, limit: int,
+) -> list[asyncpg.Record]:
+    """Entries by relevance (their best skill's score), best first: (tenant, agent_id, score, tie). Ties in the order of the
+    agents' capability refs (`tenant/agentId/...`, bytewise), as ranked discovery orders its ties,
+    so both list agents in the same relative order."""
+    query = Query()
+    ctes = matched_ctes(query.bind, viewer_tenant, where, text)
+    keyset = "true"
+    if after is not None:
+        s, t = query.bind(after[0]), query.bind(after[1])
+        keyset = f"(r.score < {s} OR (r.score = {s} AND r.tie > {t}))"
+    sql = f"""WITH {ctes}
+        SELECT r.tenant, r.agent_id, r.score, r.tie FROM (
+            SELECT m.tenant, m.agent_id, m.score, (m.tenant || '/' || m.agent_id || '/') COLLATE "C" AS tie
+              FROM matched m) r
+         WHERE {keyset}
+         ORDER BY r.score DESC, r.tie
+         LIMIT {query.bind(limit)}"""
+    return await conn.fetch(sql, *query.params)
+
+
+async def identifier_page(
+    conn: asyncpg.Connection, *, viewer_tenant: str | None, where: EntryFilter, configured: dict[str, str],
+    after: str | None, limit: int,
+) -> list[asyncpg.Record]:
+    """Entries in identifier order (`urn:air:{publisher}:{agentId}`, bytewise): (tenant, agent_id, identifier)."""
+    query = Query()
+    ctes = matched_ctes(query.bind, viewer_tenant, where, None)
+    publisher = publisher_sql("m.tenant", query.bind, configured)
+    keyset = f"i.identifier > {query.bind(after)}" if after is not None else "true"
+    sql = f"""WITH {ctes}
+        SELECT i.tenant, i.agent_id, i.identifier FROM (
+            SELECT m.tenant, m.agent_id, ('urn:air:' || {publisher} || ':' || m.agent_id) COLLATE "C" AS identifier
+              FROM matched m) i
+         WHERE {keyset}
+         ORDER BY i.identifier
+         LIMIT {query.bind(limit)}"""
+    return await conn.fetch(sql, *query.params)
+
+
+async def entry_rows(conn: asyncpg.Connection, keys: Sequence[tuple[str, str]]) -> list[asyncpg.Record]:
+    """The public rows of the given entries (agent fields, lease figures, and the latest in-force
+    version of each skill: id, tags, side effect, regions, examples), in no particular order."""
+    if not keys:
+        return []
+    return await conn.fetch(
+        f"""SELECT a.tenant, a.agent_id, a.name, a.description, a.version, a.updated_at,
+                   {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances, {LEASE_UNTIL_SQL} AS lease_until,
+                   s.skills
+              FROM unnest($1::text[], $2::text[]) AS k(tenant, agent_id)
+              JOIN agents a ON a.tenant = k.tenant AND a.agent_id = k.agent_id
+             CROSS JOIN LATERAL (
+                   SELECT coalesce(jsonb_agg(jsonb_build_object(
+                              'id', l.skill_id, 'tags', l.tags, 'sideEffectRank', l.side_effect_rank,
+                              'regions', l.data_regions, 'examples', l.examples) ORDER BY l.skill_id), '[]') AS skills
+                     FROM (SELECT DISTINCT ON (c.skill_id) c.skill_id, c.tags, c.side_effect_rank, c.data_regions, c.examples
+                             FROM capability_versions c
+                            WHERE c.tenant = a.tenant AND c.agent_id = a.agent_id AND {IN_FORCE}
+                            ORDER BY c.skill_id, c.prerelease, c.version_key DESC) l) s""",
+        [k[0] for k in keys], [k[1] for k in keys],
+    )
+
+
+# Facet fields and the SQL of their (value, count) groups over `latest` and `matched`.
+def _facet_groups(field: str, publisher: str) -> str:
+    per_entry = "count(DISTINCT (l.tenant, l.agent_id))"
+    joined = "latest l JOIN matched m ON m.tenant = l.tenant AND m.agent_id = l.agent_id"
+    return {
+        "type": f"SELECT '{A2A_CARD_TYPE}'::text AS value, count(*) AS n FROM matched HAVING count(*) > 0",
+        "tags": f"SELECT t AS value, {per_entry} AS n FROM {joined} CROSS JOIN unnest(l.tags) t GROUP BY t",
+        "capabilities": "SELECT v AS value, count(*) AS n FROM matched m CROSS JOIN unnest(m.capabilities) v GROUP BY v",
+        "publisher": f"SELECT {publisher} AS value, count(*) AS n FROM matched m GROUP BY m.tenant",
+        "version": "SELECT a.version AS value, count(*) AS n FROM matched m JOIN agents a"
+                   " ON a.tenant = m.tenant AND a.agent_id = m.agent_id GROUP BY a.version",
+        "metadata.capreg.sideEffectMax": "SELECT (ARRAY['none', 'idempotent', 'write', 'destructive'])[m.side_effect_rank + 1] AS value,"
+                                         " count(*) AS n FROM matched m GROUP BY m.side_effect_rank",
+        "metadata.capreg.dataRegions": f"SELECT r AS value, {per_entry} AS n FROM {joined} CROSS JOIN unnest(l.data_regions) r GROUP BY r",
+        "metadata.capreg.health": f"SELECT h.health AS value, count(*) AS n FROM (SELECT {HEALTH_SQL} AS health FROM matched m"
+                                  " JOIN agents a ON a.tenant = m.tenant AND a.agent_id = m.agent_id) h GROUP BY h.health",
+    }[field]
+
+
+FACET_FIELDS = (
+    "type", "tags", "capabilities", "publisher", "version",
+    "metadata.capreg.sideEffectMax", "metadata.capreg.dataRegions", "metadata.capreg.health",
+)
+
+
+class FacetRequest(msgspec.Struct, frozen=True):
+    field: str
+    limit: int
+    min_count: int
+
+
+async def facet_counts(
+    conn: asyncpg.Connection, *, viewer_tenant: str | None, where: EntryFilter, text: TextMatch | None,
+    facets: Sequence[FacetRequest], configured: dict[str, str],
+) -> list[asyncpg.Record]:
+    """Buckets (field, value, n, other=false, rn), rn ranking them per field (count, then value bytewise), at
+    most `limit` of them with at least `min_count`; and per field one row (field, NULL, n, other=true)
+    with the entries counted in the buckets beyond `limit`. Counted over the whole matched set."""
+    query = Query()
+    ctes = matched_ctes(query.bind, viewer_tenant, where, text)
+    publisher = publisher_sql("m.tenant", query.bind, configured)
+    groups = " UNION ALL ".join(
+        f"SELECT {query.bind(facet.field)}::text AS field, g.value, g.n FROM ({_facet_groups(facet.field, publisher)}) g"
+        for facet in facets
+    )
+    params = (f"SELECT * FROM unnest({query.bind([f.field for f in facets])}::text[], "
+              f"{query.bind([f.limit for f in facets])}::int[], {query.bind([f.min_count for f in facets])}::int[])"
+              " AS p(field, lim, min_count)")
+    sql = f"""WITH {ctes}, groups AS ({groups}), params AS ({params}),
+        ranked AS (
+            SELECT g.field, g.value, g.n, p.lim,
+                   row_number() OVER (PARTITION BY g.field ORDER BY g.n DESC, g.value COLLATE "C") AS rn
+              FROM groups g JOIN params p ON p.field = g.field
+             WHERE g.n >= p.min_count AND g.value IS NOT NULL)
+        SELECT field, value, n, false AS other, rn FROM ranked WHERE rn <= lim
+        UNION ALL
+        SELECT field, NULL, sum(n)::bigint, true, NULL FROM ranked WHERE rn > lim GROUP BY field"""
+    return await conn.fetch(sql, *query.params)
