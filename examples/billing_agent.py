@@ -5,7 +5,8 @@ while it runs, and serves only callers presenting a capreg ticket for it.
         --scope registry:publish) python examples/billing_agent.py
 
 Environment: CAPREG_URL, CAPREG_TOKEN (a token of this agent with registry:publish), CAPREG_TENANT
-(default acme), AGENT_HOST / AGENT_PORT (default 127.0.0.1:9001), CAPREG_ISSUER (default capreg).
+(default acme), AGENT_ID (default billing-agent-example), AGENT_HOST / AGENT_PORT (default
+127.0.0.1:9001), CAPREG_ISSUER (default capreg).
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ from registry.client import AsyncRegistry, TicketVerifier
 from registry.client.a2a import TicketAuthBackend, ticket_claims
 
 TENANT = os.environ.get("CAPREG_TENANT", "acme")
-AGENT_ID = "billing-agent"
+# Not the README walkthrough's acme/billing-agent: this agent's card differs, and registering it
+# under that id would replace the walkthrough's card.
+AGENT_ID = os.environ.get("AGENT_ID", "billing-agent-example")
 HOST = os.environ.get("AGENT_HOST", "127.0.0.1")
 PORT = int(os.environ.get("AGENT_PORT", "9001"))
 REGISTRY = os.environ.get("CAPREG_URL", "http://127.0.0.1:8080")

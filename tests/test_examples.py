@@ -68,7 +68,7 @@ def test_router_calls_the_billing_agent_with_a_ticket(live_server, mint, tenant,
     [tool] = steps["tools"]
     assert tool["type"] == "function" and tool["function"]["name"] == "invoice_lookup"
     assert tool["function"]["parameters"]["required"] == ["invoiceId"]
-    assert steps["call"]["ref"] == f"{tenant}/billing-agent/invoice.lookup@1.0.0"
+    assert steps["call"]["ref"] == f"{tenant}/billing-agent-example/invoice.lookup@1.0.0"
     answer = steps["answer"]
     assert answer["invoice"]["status"] == "open" and answer["onBehalfOf"] == "user-19"
     assert answer["calledBy"] == f"{tenant}/router" and answer["ticket"] == steps["ticket"]["jti"]
