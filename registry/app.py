@@ -32,6 +32,7 @@ from registry.bounded_work import bounded_work
 from registry.housekeeping import run_housekeeping
 from registry.rate_limit import TokenBuckets, rate_limit_middleware
 from registry.request_guard import unstorable_guard
+from registry.route_methods import answer_every_method
 
 log = logging.getLogger("capreg")
 
@@ -86,7 +87,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
     async def serve_metrics() -> Response:
         return Response(generate_latest(exposition), media_type=CONTENT_TYPE_LATEST)
 
-    return Litestar(
+    app = Litestar(
         # each operation's OpenAPI tag and security (registry.api_docs)
         route_handlers=api_docs.documented([
             *agents.ROUTES, *discovery.ROUTES, *release.ROUTES, *versions.ROUTES, *tickets.ROUTES, *approvals.ROUTES,
@@ -118,3 +119,5 @@ def create_app(settings: Settings | None = None) -> Litestar:
         ),
         debug=False,
     )
+    answer_every_method(app)  # OPTIONS on a path served by two handlers lists both (registry.route_methods)
+    return app

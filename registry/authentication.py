@@ -13,6 +13,7 @@ from litestar import Request
 from auth.policy import check_scope
 from auth.principal import Caller
 from auth.tokens import InvalidToken
+from registry.fair_share import serving
 from registry.problems import ProblemError, invalid_token, refused
 from registry.refusals import refuse_request
 from registry.state import Registry, registry_of
@@ -47,6 +48,8 @@ async def caller_of_header(registry: Registry, header: str | None, state: dict) 
         known = state["caller"]
         if isinstance(known, ProblemError):
             raise known
+        if known is not None:
+            serving(known.tenant)
         return known
     if header is None:
         state["caller"] = None
@@ -61,6 +64,7 @@ async def caller_of_header(registry: Registry, header: str | None, state: dict) 
         state["caller"] = error = invalid_token(str(exc))
         raise error from None
     state["caller"] = caller
+    serving(caller.tenant)  # its heavy work is shared fairly with other tenants' (registry.fair_share)
     return caller
 
 

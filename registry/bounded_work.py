@@ -9,6 +9,9 @@ its deadline (DEADLINE_SECONDS of CPU time, WALL_SECONDS of wall-clock time) has
 (and replaced), failing with `WorkTimedOut` alone. The
 functions run must be module-level (they are pickled by reference) and return picklable values.
 
+Tasks are shared fairly between tenants (registry.fair_share): at most CAPREG_TENANT_HEAVY_TASKS of one
+tenant's tasks run or queue for a worker at once, the rest wait in their tenant's own line.
+
 One pool per server process, started on first use; workers are new interpreters (not forked from a
 process running an event loop and threads), run at a lower priority than the server, cap their own address
 space, and exit when their parent does.
@@ -31,6 +34,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any, Callable, TypeVar
+
+from registry.fair_share import TenantShares, current_owner, tenant_limit
 
 # A task may use DEADLINE_SECONDS of CPU time (rounded up to whole seconds by RLIMIT_CPU) and, however
 # busy the machine, no more than WALL_SECONDS of wall-clock time.
@@ -171,9 +176,13 @@ class _Worker:
 class BoundedWork:
     """A pool of worker processes; `run` awaits a function's result in one of them."""
 
-    def __init__(self, workers: int = WORKERS, deadline: float = DEADLINE_SECONDS, wall: float = WALL_SECONDS) -> None:
+    def __init__(
+        self, workers: int = WORKERS, deadline: float = DEADLINE_SECONDS, wall: float = WALL_SECONDS,
+        per_tenant: int | None = None,
+    ) -> None:
         self.deadline, self.wall = deadline, wall
         self._size = workers
+        self.shares = TenantShares(per_tenant if per_tenant is not None else tenant_limit(workers))
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         # One thread per worker waits on it, so no other use of the default executor can starve.
         self._threads = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="capreg-bounded-work")
@@ -221,8 +230,10 @@ class BoundedWork:
             self._idle.put(worker)
 
     async def run(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(*args)` in a worker, within the share of the tenant whose request this is."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._threads, self._call, function, args)
+        async with self.shares.slot(current_owner()):
+            return await loop.run_in_executor(self._threads, self._call, function, args)
 
     def close(self) -> None:
         for worker in list(self._all):

@@ -215,9 +215,10 @@ def cmd_audit_checkpoint(args: argparse.Namespace, settings: Settings) -> int:
 
 def openapi_document() -> bytes:
     from registry.app import create_app
+    from registry.openapi_strict import strict_components
 
     app = create_app(Settings())
-    schema = msgspec.to_builtins(app.openapi_schema.to_schema())
+    schema = strict_components(msgspec.to_builtins(app.openapi_schema.to_schema()))
     return msgspec.json.format(msgspec.json.encode(schema, order="sorted"), indent=2) + b"\n"
 
 

@@ -58,7 +58,10 @@ async def discover(
     q: Annotated[str | None, QueryParameter(max_length=QUERY_MAX_LENGTH, description="text over id, name, description, tags")] = None,
     skill: Annotated[str | None, QueryParameter(max_length=129, description="exact skill id, or a prefix ending in *")] = None,
     tag: Annotated[list[str] | None, QueryParameter(description="repeatable; all must match")] = None,
-    side_effect_max: Annotated[str | None, QueryParameter(name="sideEffectMax", description="none, idempotent, write or destructive")] = None,
+    side_effect_max: Annotated[str | None, QueryParameter(
+        name="sideEffectMax", description="none, idempotent, write or destructive",
+        schema_extra={"enum": ["none", "idempotent", "write", "destructive"]},
+    )] = None,
     region: Annotated[str | None, QueryParameter(max_length=REGION_MAX_LENGTH)] = None,
     agent: Annotated[str | None, QueryParameter(max_length=64)] = None,
     tenant: Annotated[str | None, QueryParameter(max_length=64)] = None,
