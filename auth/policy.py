@@ -540,3 +540,44 @@ def check_parent_standing(*, active: bool, chain_revoked: bool, capability_statu
     if capability_status == "retired":
         return parent_invalid("the parent ticket's capability version is retired")
     return parent_invalid("the parent ticket or one of its ancestors has expired")
+
+
+# ---------------------------------------------------------------------------
+# Signed cards (docs/api.md#signed-cards): publisher keys and the registration as signed
+
+READ_SCOPE = "registry:read"
+AUDIT_READ_SCOPE = "audit:read"
+
+
+def check_publisher_keys_write(caller: Caller, tenant: str) -> Refusal | None:
+    """Setting `tenant`'s publisher keys: `registry:admin`, own tenant."""
+    if (refusal := check_scope(caller, REGISTRY_ADMIN_SCOPE)) is not None:
+        return refusal
+    if caller.tenant != tenant:
+        return tenant_mismatch()
+    return None
+
+
+def check_publisher_keys_read(caller: Caller, tenant: str) -> Refusal | None:
+    """Reading `tenant`'s publisher keys: `registry:read`, own tenant."""
+    if (refusal := check_scope(caller, READ_SCOPE)) is not None:
+        return refusal
+    if caller.tenant != tenant:
+        return tenant_mismatch()
+    return None
+
+
+def check_registration_read(caller: Caller, tenant: str, *, agent_visible: bool) -> Refusal | None:
+    """Reading the last registration body of `tenant`'s agent: an agent the caller may not see is
+    `not_found` (first), another tenant's visible one `tenant_mismatch`, then `audit:read` or
+    `registry:publish`."""
+    if not agent_visible:
+        return not_found("agent")
+    if caller.tenant != tenant:
+        return tenant_mismatch()
+    if caller.holds(AUDIT_READ_SCOPE) or caller.holds(PUBLISH_SCOPE):
+        return None
+    return Refusal(
+        code="insufficient_scope", message=f"reading a registration needs {AUDIT_READ_SCOPE} or {PUBLISH_SCOPE}",
+        missing_scopes=(AUDIT_READ_SCOPE, PUBLISH_SCOPE),
+    )

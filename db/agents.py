@@ -9,7 +9,7 @@ import asyncpg
 
 AGENT_COLUMNS = (
     "a.tenant, a.agent_id, a.name, a.description, a.version, a.provider, a.visibility, a.shared_with, "
-    "a.card, a.card_hash, a.created_at, a.updated_at"
+    "a.card, a.card_hash, a.created_at, a.updated_at, a.publisher_kid"
 )
 # Lease figures per agent: live instances now, and the moments cached views of them go out of date
 # by time alone (the first live lease lapsing changes the count, the last one flips health).

@@ -16,10 +16,13 @@ from auth.policy import can_see, check_heartbeat, check_publish, not_found
 from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
+from db import signatures as signature_queries
 from db.agents import LeaseRenewal
 from registry.cards import public_agent_card
 from registry.discovery import agent_view, capability_version, public_capability
 from registry.problems import ProblemError, refused
+from registry.publisher_keys import fast_path_allowed, verified_publisher
+from registry.publisher_signatures import SIGNATURE_REQUIRED
 from registry.records import AgentRegistration, PublicCapability, agent_ref
 from registry.refusals import REFUSED, refuse
 from registry.registration import (
@@ -58,18 +61,23 @@ async def register(
     if refusal is not None:
         raise await refuse(registry, caller, refused(refusal), event_type=REGISTERED, tenant=tenant, ref=ref,
                            trace_id=trace_id)
+    publisher_kid = await verified_publisher(registry, caller, tenant, agent_id, data, body, event_type=REGISTERED,
+                                             trace_id=trace_id)
     prepared = await prepare_registration(data)
     await check_compatibility_ahead(registry.pool, tenant, agent_id, prepared)
-    # Stored with the agent: these exact bytes, sent again, take the fast path (unchanged_registration).
-    prepared = msgspec.structs.replace(prepared, body_hash=registration_digest(body))
+    # Stored with the agent: these exact bytes, sent again, take the fast path (unchanged_registration),
+    # and are what GET .../registration answers.
+    prepared = msgspec.structs.replace(prepared, body_hash=registration_digest(body), body=body,
+                                       publisher_kid=publisher_kid)
     request_id = current_request_id()  # the write runs in the group-commit task
     try:
         return await registry.writes.run(
             lambda scope: apply_registration(scope, caller, tenant, agent_id, prepared, trace_id=trace_id,
                                              request_id=request_id)
         )
-    except ProblemError as error:  # 409 version_conflict or incompatible_change: nothing applied
-        raise await refuse(registry, caller, error, event_type=PUBLISHED, tenant=tenant, ref=ref,
+    except ProblemError as error:  # 409 version_conflict or incompatible_change, 400 signature_required: nothing applied
+        event_type = REGISTERED if error.code == SIGNATURE_REQUIRED else PUBLISHED
+        raise await refuse(registry, caller, error, event_type=event_type, tenant=tenant, ref=ref,
                            trace_id=trace_id) from None
 
 
@@ -84,7 +92,8 @@ async def unchanged_registration(
     (docs/audit.md)."""
     if caller is None or check_publish(caller, tenant) is not None:
         return None
-    if await agent_queries.registration_hash(registry.pool, tenant, agent_id) != registration_digest(body):
+    stored_hash, publisher_kid, kids = await signature_queries.registration_state(registry.pool, tenant, agent_id)
+    if stored_hash != registration_digest(body) or not fast_path_allowed(publisher_kid, kids or []):
         return None
     entry = await agent_view_entry(registry, tenant, agent_id)
     if entry is None:

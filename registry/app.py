@@ -24,6 +24,7 @@ from registry.problems import handle_exception
 from registry.routes import a2a_rpc, agents, approvals, audit, console, discovery, mcp, ops, release, tickets, versions
 from registry.routes import offers
 from registry.routes import ard
+from registry.routes import publisher
 from registry import api_docs, audit_chain
 from registry.change_watcher import ChangeWatcher
 from registry.state import Registry
@@ -94,6 +95,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             *audit.ROUTES, *ops.ROUTES, *mcp.ROUTES, serve_metrics, *offers.ROUTES, *a2a_rpc.ROUTES,
             *ard.ROUTES,  # ARD: /.well-known/ard.json and /ard/*
             *console.ROUTES,  # the security console and the offline /schema assets
+            *publisher.ROUTES,  # publisher keys, registrations as signed
         ]),
         lifespan=[lifespan],
         middleware=[

@@ -181,7 +181,7 @@ def a2a_card_dict(reg: AgentRegistration) -> dict[str, Any]:
         "defaultOutputModes": reg.default_output_modes,
         "documentationUrl": reg.documentation_url,
         "iconUrl": reg.icon_url,
-        "signatures": reg.signatures,
+        "signatures": msgspec.to_builtins(reg.signatures),
         "skills": [
             _without_empty(
                 {

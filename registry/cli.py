@@ -17,6 +17,7 @@ from pathlib import Path
 import msgspec
 
 from registry.cli_http import add_http_commands, run_http
+from registry.cli_cards import add_card_commands
 from registry.cli_http import register as http_register
 from registry.config import Settings, load_settings
 
@@ -305,6 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     add_http_commands(commands, audit)
+    add_card_commands(commands)
 
     openapi = commands.add_parser("openapi", help="write (or --check) openapi/openapi.json")
     openapi.add_argument("--check", action="store_true")

@@ -52,6 +52,19 @@ class DiscoveryPage(Wire):
     next_cursor: str | None
 
 
+class Publisher(Wire, omit_defaults=True):
+    """Whether the agent's last registration carried a valid publisher signature, and by which key
+    (docs/api.md#signed-cards)."""
+
+    signed: bool
+    kid: str | None = None
+
+
+def publisher_of(agent: asyncpg.Record) -> Publisher:
+    kid = agent["publisher_kid"]
+    return Publisher(signed=kid is not None, kid=kid)
+
+
 class AgentView(Wire):
     """The agent public view (docs/api.md#agent-views-and-cards)."""
 
@@ -67,6 +80,7 @@ class AgentView(Wire):
     live_instances: int
     skills: list[PublicCapability]
     updated_at: object
+    publisher: Publisher
 
 
 class RefParts(msgspec.Struct, frozen=True):
@@ -150,6 +164,7 @@ def agent_view(agent: asyncpg.Record, skills: list[asyncpg.Record]) -> AgentView
         live_instances=agent["live_instances"],
         skills=[public_capability(row) for row in skills],
         updated_at=agent["updated_at"],
+        publisher=publisher_of(agent),
     )
 
 

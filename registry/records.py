@@ -90,6 +90,17 @@ class SkillRegistration(Wire):
         check_date_time("effectiveAt", self.effective_at)
 
 
+MAX_SIGNATURES = 8
+
+
+class CardSignature(Wire, omit_defaults=True):
+    """One A2A AgentCardSignature: a JWS with its payload detached (docs/api.md#signed-cards)."""
+
+    protected: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
+    signature: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
+    header: Annotated[dict[str, Any], msgspec.Meta(max_length=32)] | None = None
+
+
 class AgentRegistration(Wire):
     """PUT body: an A2A 1.0 AgentCard (0.3 fields accepted and converted) plus registry fields."""
 
@@ -106,7 +117,8 @@ class AgentRegistration(Wire):
     icon_url: ShortText | None = None
     security_schemes: dict[str, Any] = {}
     security_requirements: list[dict[str, Any]] = []
-    signatures: list[dict[str, Any]] = []
+    # Publisher signatures over the body without this member (registry.publisher_signatures).
+    signatures: Annotated[list[CardSignature], msgspec.Meta(max_length=MAX_SIGNATURES)] = []
     visibility: Visibility = "tenant"
     shared_with: list[Tenant] = []
     # A2A 0.3 fields, converted to supportedInterfaces and dropped.

@@ -15,9 +15,11 @@ import msgspec
 from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
+from db import signatures as signature_queries
 from db.group_commit import WriteScope
 from db.audit_events import AuditEvent
 from registry.bounded_work import WorkFailed, WorkTimedOut, run_bounded
+from registry.card_signing import CardNotCanonical, canonical_card
 from registry.cards import a2a_card_dict, normalize_registration
 from registry.problems import ErrorItem, ProblemError, invalid_request
 from registry.records import (
@@ -60,6 +62,10 @@ class PreparedRegistration(msgspec.Struct):
     verdict: CompatibilityVerdict | None = None
     # registration_digest of the body's bytes: stored with the agent for the unchanged fast path.
     body_hash: str | None = None
+    # The body as received, kept with the agent (GET .../registration), and the kid of its verified
+    # publisher signature (None: unsigned; registry.publisher_keys.verified_publisher).
+    body: bytes | None = None
+    publisher_kid: str | None = None
 
 
 def _hash(value: Any) -> str:
@@ -178,6 +184,13 @@ def prepare_registration_now(registration: AgentRegistration) -> PreparedRegistr
     if errors:
         raise invalid_request("the registration is invalid", errors)
     card = a2a_card_dict(registration)
+    try:  # every card served from it is signed: it must have A2A's canonical form (registry.card_signing)
+        canonical_card({key: value for key, value in card.items() if key != "signatures"})
+    except CardNotCanonical as exc:
+        raise invalid_request(
+            "the card is not an A2A AgentCard with an RFC 8785 canonical form, so it cannot be signed",
+            [ErrorItem(path="", message=str(exc))],
+        ) from None
     return PreparedRegistration(registration, card, _hash(card), prepared)
 
 
@@ -308,26 +321,33 @@ async def apply_registration(
     }
     ref_of_agent = agent_ref(tenant, agent_id)
 
-    def event(type_: str, ref: str, scopes: list[str] | None = None) -> AuditEvent:
+    def event(type_: str, ref: str, scopes: list[str] | None = None, reason: str | None = None) -> AuditEvent:
         return AuditEvent(
             type=type_, outcome="allowed", tenant=tenant, actor_tenant=caller.tenant, actor=caller.sub,
-            actor_issuer=caller.issuer, ref=ref, scopes=scopes or [], trace_id=trace_id, request_id=request_id,
+            actor_issuer=caller.issuer, ref=ref, scopes=scopes or [], reason=reason, trace_id=trace_id,
+            request_id=request_id,
         )
 
     await agent_queries.lock_agent(conn, tenant, agent_id)
     existing = await agent_queries.get_agent(conn, tenant, agent_id)
     created = existing is None
+    if existing is not None and existing["publisher_kid"] is not None and prepared.publisher_kid is None:
+        # Registered signed by a concurrent request since the signature check: no downgrade.
+        raise ProblemError(400, "signature_required",
+                           "this agent was registered with a publisher signature: every later registration must be signed too")
     agent_changed = created or (
         existing["card_hash"] != prepared.card_hash
         or existing["visibility"] != fields["visibility"]
         or list(existing["shared_with"]) != fields["shared_with"]
+        or (prepared.publisher_kid is not None and existing["publisher_kid"] != prepared.publisher_kid)
     )
     if created:
         await agent_queries.insert_agent(conn, tenant, agent_id, fields)
     elif agent_changed:
         await agent_queries.update_agent(conn, tenant, agent_id, fields)
     if agent_changed:
-        scope.audit(event("agent.registered", ref_of_agent))
+        # The reason of an applied registration is the kid of its publisher signature (None: unsigned).
+        scope.audit(event("agent.registered", ref_of_agent, reason=prepared.publisher_kid))
         scope.change("agent.registered", tenant, agent_id, ref_of_agent)
 
     hashes = await capability_queries.content_hashes(conn, tenant, agent_id)
@@ -369,6 +389,8 @@ async def apply_registration(
         ref = capability_ref(tenant, agent_id, skill.skill.id, skill.skill.version)
         scope.audit(event("version.published", ref, sorted(set(skill.skill.scopes))))
         scope.change("version.published", tenant, agent_id, ref)
+    if prepared.body is not None:
+        await signature_queries.record_registration(conn, tenant, agent_id, prepared.body, prepared.publisher_kid)
     if prepared.body_hash is not None:
         await agent_queries.set_registration_hash(conn, tenant, agent_id, prepared.body_hash)
     return RegistrationResult(created=created or bool(published), published=published, unchanged=unchanged)

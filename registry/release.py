@@ -33,7 +33,7 @@ from db import capabilities as capability_queries
 from registry.tracing import current_request_id
 from db.audit_events import AuditEvent
 from registry.cards import CAPREG_EXTENSION_URI, extended_agent_card, mcp_tool, openai_tool, public_agent_card
-from registry.discovery import capability_version, public_capability
+from registry.discovery import Publisher, capability_version, public_capability, publisher_of
 from registry.problems import ErrorItem, invalid_request, refused
 from registry.records import CapabilityVersion, JsonSchema, PublicCapability, agent_ref, capability_ref
 from registry.refusals import refuse
@@ -133,6 +133,7 @@ class CapabilityDetail(PublicCapability, kw_only=True):
     output_schema: JsonSchema
     examples: list[str]
     endpoints: Endpoints
+    publisher: Publisher
 
 
 def endpoints(card: dict[str, Any], instances: Sequence[Any]) -> Endpoints:
@@ -149,13 +150,16 @@ def endpoints(card: dict[str, Any], instances: Sequence[Any]) -> Endpoints:
     )
 
 
-def capability_detail(public: PublicCapability, cap: CapabilityVersion, where: Endpoints) -> CapabilityDetail:
+def capability_detail(
+    public: PublicCapability, cap: CapabilityVersion, where: Endpoints, publisher: Publisher
+) -> CapabilityDetail:
     return CapabilityDetail(
         **msgspec.structs.asdict(public),
         input_schema=cap.input_schema,
         output_schema=cap.output_schema,
         examples=list(cap.examples),
         endpoints=where,
+        publisher=publisher,
     )
 
 
@@ -285,7 +289,8 @@ async def release(
 def detail_of(released: Released) -> CapabilityDetail:
     """The capability detail: public fields, schemas, examples and endpoints."""
     return capability_detail(
-        public_capability(released.row), released.cap, endpoints(released.agent["card"], released.instances)
+        public_capability(released.row), released.cap, endpoints(released.agent["card"], released.instances),
+        publisher_of(released.agent),
     )
 
 

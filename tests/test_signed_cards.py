@@ -143,3 +143,33 @@ def test_canonical_card_is_the_sdks(name, params, tags):
         "skills": [{"id": "s", "name": "S", "description": "", "tags": tags}],
     }
     assert canonical_card(card) == _canonicalize_agent_card(ParseDict(card, AgentCard())).encode()
+
+
+async def test_client_agent_card_verifies_and_refuses_a_changed_card(client, billing):
+    from registry.client import AsyncRegistry, CapregError
+
+    registry = AsyncRegistry("http://registry.test", http=client)
+    card = await registry.agent_card(f"{billing}/billing-agent")
+    assert card["name"] and card["signatures"]
+    assert (await registry.agent_card(f"{billing}/billing-agent/invoice.lookup@latest"))["name"] == card["name"]
+
+    # A cache (or anyone in between) that changed the card: the client refuses it.
+    class Tampering:
+        def __init__(self, inner):
+            self.inner = inner
+
+        async def request(self, *args, **kwargs):
+            response = await self.inner.request(*args, **kwargs)
+            if response.url.path.endswith("agent-card.json"):
+                import httpx
+
+                return httpx.Response(200, content=response.content.replace(b"Billing Agent", b"Billing Agenu"),
+                                      request=response.request)
+            return response
+
+    tampered = AsyncRegistry("http://registry.test", http=Tampering(client))
+    with pytest.raises(CapregError) as raised:
+        await tampered.agent_card(f"{billing}/billing-agent")
+    assert raised.value.code == "invalid_signature"
+    unchecked = await tampered.agent_card(f"{billing}/billing-agent", verify=False)
+    assert unchecked["name"] == "Billing Agenu"

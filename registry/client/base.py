@@ -13,6 +13,7 @@ import httpx
 
 from registry.client import calls
 from registry.client.errors import CapregError
+from registry.client.signing import CardKeys
 
 log = logging.getLogger("registry.client")
 
@@ -42,6 +43,7 @@ class RegistryBase:
         self._timeout = timeout
         self._extra_headers = dict(headers or {})
         self._cards: dict[tuple[str, str], bytes] = {}  # last registration body per agent, for keep_alive
+        self._card_keys = CardKeys()  # the registry's JWKS, for agent_card(verify=True)
 
     def _headers(self, call: calls.Call) -> dict[str, str]:
         headers = {"User-Agent": calls.USER_AGENT, "Accept": "application/json", **self._extra_headers, **call.headers}

@@ -221,6 +221,25 @@ def agent(tenant: str, agent_id: str) -> Call:
     return Call("GET", agent_path(tenant, agent_id), _decoding(Agent))
 
 
+def agent_of_ref(ref: str) -> tuple[str, str]:
+    """(tenant, agentId) of "tenant/agentId" or of a capability ref "tenant/agentId/skill@version"."""
+    if not isinstance(ref, str):
+        raise TypeError(f"an agent ref is a string like 'acme/billing-agent', not {type(ref).__name__}")
+    parts = ref.partition("@")[0].split("/")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise CapregError(f"{ref!r} is not an agent ref (tenant/agentId)", code="invalid_ref")
+    return parts[0], parts[1]
+
+
+def agent_card(tenant: str, agent_id: str) -> Call:
+    """The agent's public A2A card, as the registry serves it (signed)."""
+    return Call("GET", agent_path(tenant, agent_id) + "/.well-known/agent-card.json", lambda status, body: json.loads(body))
+
+
+def jwks() -> Call:
+    return Call("GET", "/.well-known/jwks.json", lambda status, body: json.loads(body))
+
+
 def discover(**query: Any) -> Call:
     return Call("GET", "/v1/capabilities", _decoding(_CapabilityPage), params=_params(**query), cacheable=True)
 

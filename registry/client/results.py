@@ -100,6 +100,8 @@ class Agent(Result):
     live_instances: int | None = None
     skills: list[Capability] = []
     updated_at: datetime | None = None
+    # {"signed": true, "kid": "..."} when the last registration carried a valid publisher signature.
+    publisher: dict[str, Any] | None = None
 
 
 class VersionRef(Result):

@@ -22,6 +22,7 @@ from registry.client.base import (
 )
 from registry.client.calls import camel_fields as _camel, time_param as _time
 from registry.client.errors import CapregError
+from registry.client.signing import signature_kids, verify_card
 from registry.client.results import (
     Agent,
     Approval,
@@ -102,6 +103,17 @@ class Registry(RegistryBase):
 
     def agent(self, tenant: str, agent_id: str) -> Agent:
         return self._call(calls.agent(tenant, agent_id))
+
+    def agent_card(self, ref: str, *, verify: bool = True) -> dict[str, Any]:
+        """The agent's public A2A card ("tenant/agentId", or a capability ref), as a dict. With
+        `verify`, the registry's signature is checked first with a2a-sdk's verifier against this
+        registry's JWKS (cached): CapregError(code="invalid_signature") when it does not verify."""
+        card = self._call(calls.agent_card(*calls.agent_of_ref(ref)))
+        if verify:
+            if self._card_keys.needs_fetch(signature_kids(card)):
+                self._card_keys.store(self._call(calls.jwks()))
+            verify_card(card, self._card_keys)
+        return card
 
     def keep_alive(self, tenant: str, agent_id: str, instance_id: str, *, url: str | None = None, ttl: int = 30,
                    load: Callable[[], float] | float | None = None, card: Any = None, fraction: float = 1 / 3,

@@ -1,0 +1,69 @@
+"""Queries on publisher_keys and the signature columns of agents (migration 0010): a tenant's
+publisher keys, the kid an agent was last registered under, and its last applied registration body."""
+
+from __future__ import annotations
+
+import asyncpg
+
+
+async def publisher_keys(conn: asyncpg.Connection | asyncpg.Pool, tenant: str) -> list[dict]:
+    """The tenant's publisher keys (public JWKs); empty when it has none."""
+    jwks = await conn.fetchval("SELECT jwks FROM publisher_keys WHERE tenant = $1", tenant)
+    return list(jwks["keys"]) if jwks else []
+
+
+async def set_publisher_keys(conn: asyncpg.Connection, tenant: str, keys: list[dict]) -> None:
+    await conn.execute(
+        """INSERT INTO publisher_keys (tenant, jwks) VALUES ($1, $2)
+           ON CONFLICT (tenant) DO UPDATE SET jwks = EXCLUDED.jwks, updated_at = now()""",
+        tenant, {"keys": keys},
+    )
+
+
+async def signature_requirements(
+    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str
+) -> tuple[list[dict], str | None]:
+    """What a registration of the agent must be signed against, in one read: the tenant's publisher
+    keys, and the kid the agent was last registered under (None: never registered signed)."""
+    row = await conn.fetchrow(
+        """SELECT (SELECT jwks FROM publisher_keys WHERE tenant = $1) AS jwks,
+                  (SELECT publisher_kid FROM agents WHERE tenant = $1 AND agent_id = $2) AS kid""",
+        tenant, agent_id,
+    )
+    return (list(row["jwks"]["keys"]) if row["jwks"] else []), row["kid"]
+
+
+async def record_registration(
+    conn: asyncpg.Connection, tenant: str, agent_id: str, body: bytes, publisher_kid: str | None
+) -> None:
+    """Keep the applied registration's body and the kid of its verified publisher signature (an
+    unsigned registration never clears a kid: no downgrade, checked before)."""
+    await conn.execute(
+        """UPDATE agents SET registration_body = $3, publisher_kid = coalesce($4, publisher_kid)
+            WHERE tenant = $1 AND agent_id = $2
+              AND (registration_body IS DISTINCT FROM $3 OR publisher_kid IS DISTINCT FROM coalesce($4, publisher_kid))""",
+        tenant, agent_id, body, publisher_kid,
+    )
+
+
+async def registration_body(conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str) -> bytes | None:
+    return await conn.fetchval(
+        "SELECT registration_body FROM agents WHERE tenant = $1 AND agent_id = $2", tenant, agent_id
+    )
+
+
+async def registration_state(
+    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str
+) -> tuple[str | None, str | None, list[str] | None]:
+    """For the unchanged re-registration fast path, in one read: the hash of the agent's last applied
+    body, the kid it was signed under, and the kids of the tenant's publisher keys (None: no agent)."""
+    row = await conn.fetchrow(
+        """SELECT a.registration_hash, a.publisher_kid,
+                  coalesce((SELECT array_agg(k ->> 'kid') FROM publisher_keys p, jsonb_array_elements(p.jwks -> 'keys') k
+                             WHERE p.tenant = a.tenant), '{}') AS kids
+             FROM agents a WHERE a.tenant = $1 AND a.agent_id = $2""",
+        tenant, agent_id,
+    )
+    if row is None:
+        return None, None, None
+    return row["registration_hash"], row["publisher_kid"], list(row["kids"])
