@@ -21,6 +21,7 @@ from db.pool import create_pool
 from registry.config import Settings, load_settings
 from registry.problems import handle_exception
 from registry.routes import agents, approvals, audit, console, discovery, mcp, ops, release, tickets, versions
+from registry.routes import replays
 from registry import audit_chain
 from registry.change_watcher import ChangeWatcher
 from registry.state import Registry
@@ -85,7 +86,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
     return Litestar(
         route_handlers=[
             *agents.ROUTES, *discovery.ROUTES, *release.ROUTES, *versions.ROUTES, *tickets.ROUTES, *approvals.ROUTES,
-            *audit.ROUTES, *ops.ROUTES, *mcp.ROUTES, serve_metrics,
+            *audit.ROUTES, *ops.ROUTES, *mcp.ROUTES, serve_metrics, *replays.ROUTES,
             *console.ROUTES,  # the security console and the offline /schema assets
         ],
         lifespan=[lifespan],

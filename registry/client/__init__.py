@@ -22,6 +22,7 @@ from registry.client.results import (
     Interface,
     Introspection,
     Registration,
+    ReplayVerdict,
     Revocation,
     Ticket,
     TicketClaims,
@@ -32,6 +33,6 @@ from registry.client.verifier import TicketVerifier
 __all__ = [
     "Agent", "Approval", "AsyncKeepAlive", "AsyncRegistry", "AuditEvent", "Capability", "CapabilityDetail",
     "CapabilityRef", "CapregError", "Checkpoint", "Endpoints", "ErrorDetail", "Grant", "Heartbeat", "Instance",
-    "Interface", "Introspection", "KeepAlive", "KeepAliveState", "Registration", "Registry", "Revocation", "Ticket",
+    "Interface", "Introspection", "KeepAlive", "KeepAliveState", "Registration", "Registry", "ReplayVerdict", "Revocation", "Ticket",
     "TicketClaims", "TicketVerifier", "ToolList", "parse_ref",
 ]
