@@ -57,6 +57,13 @@ def can_see(caller: Caller | None, *, tenant: str, visibility: str, shared_with:
     return caller.tenant == tenant or caller.tenant in shared_with
 
 
+def sees_candidates(caller: Caller | None, tenant: str) -> bool:
+    """Whether `caller` may know of `tenant`'s candidate versions (docs/api.md#the-replay-gate): only
+    its own tenant, so that its owner can run one before it is released; for anyone else a
+    candidate does not exist."""
+    return caller is not None and caller.tenant == tenant
+
+
 # ---------------------------------------------------------------------------
 # Detail release (docs/api.md#release-checks)
 
@@ -159,6 +166,8 @@ def decide_release(caller: Caller | None, cap: CapabilityGate, *, exact_version:
         return NOT_FOUND
     if not can_see(caller, tenant=cap.tenant, visibility=cap.visibility, shared_with=cap.shared_with):
         return NOT_FOUND
+    if cap.status == "candidate" and not sees_candidates(caller, cap.tenant):
+        return NOT_FOUND
     if cap.status == "retired":
         return Refusal(code="retired", message=f"{cap.ref} is retired") if exact_version else NOT_FOUND
     missing = tuple(sorted(set(cap.scopes) - caller.scopes))
@@ -193,6 +202,25 @@ def check_publish(caller: Caller, tenant: str) -> Refusal | None:
     if caller.tenant != tenant:
         return tenant_mismatch()
     return None
+
+
+ATTEST_SCOPE = "registry:attest"
+
+
+def check_attest(caller: Caller, tenant: str) -> Refusal | None:
+    """Submitting a replay report for a version of `tenant` (docs/api.md#the-replay-gate): only its
+    own tenant may know of a candidate, so another tenant is `not_found` (first); then
+    `registry:attest`."""
+    if not sees_candidates(caller, tenant):
+        return NOT_FOUND
+    return check_scope(caller, ATTEST_SCOPE)
+
+
+def check_replay_listing(caller: Caller, tenant: str) -> Refusal | None:
+    """Reading a version's replay verdicts: own tenant (`not_found` otherwise, first), `registry:read`."""
+    if not sees_candidates(caller, tenant):
+        return NOT_FOUND
+    return check_scope(caller, "registry:read")
 
 
 def check_lifecycle(caller: Caller, tenant: str, *, agent_visible: bool) -> Refusal | None:

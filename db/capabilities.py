@@ -15,10 +15,16 @@ PUBLIC_COLUMNS = (
     "c.scopes, c.side_effect, c.requires_approval, c.data_regions, c.slo, c.status, c.sunset_at, "
     "c.deprecation_message, c.effective_at, c.published_at, c.updated_at"
 )
-DETAIL_COLUMNS = PUBLIC_COLUMNS + ", c.examples, c.input_schema, c.output_schema, c.input_modes, c.output_modes"
+# The fixtures themselves (up to 100 of 64 KiB) are read only for the version released (`fixtures_of`).
+DETAIL_COLUMNS = (
+    PUBLIC_COLUMNS + ", c.examples, c.input_schema, c.output_schema, c.input_modes, c.output_modes, c.fixture_count, c.baseline"
+)
 
-# Discovery and cards show what is in force now: not retired, and effective.
-IN_FORCE = "c.status <> 'retired' AND (c.effective_at IS NULL OR c.effective_at <= now())"
+# Discovery, cards, `latest` and ranges show what is in force now: not retired, not a candidate
+# (a version waiting for its replay, docs/api.md#the-replay-gate), and effective. The one definition.
+IN_FORCE = (
+    "c.status <> 'retired' AND c.status <> 'candidate' AND (c.effective_at IS NULL OR c.effective_at <= now())"
+)
 VISIBLE_TO = "(a.visibility = 'public' OR a.tenant = {t} OR {t} = ANY (a.shared_with))"
 # When the agent's lease figures would next change by themselves: its first live lease lapsing
 # (liveInstances drops; health flips at the last one). Cached pages end there.
@@ -216,7 +222,8 @@ async def discover(
 async def version_contracts(conn: asyncpg.Connection, tenant: str, agent_id: str) -> list[asyncpg.Record]:
     """What the compatibility check compares, for every non-retired version of an agent's skills."""
     return await conn.fetch(
-        """SELECT skill_id, version, input_schema, output_schema, scopes, side_effect, requires_approval, data_regions
+        """SELECT skill_id, version, input_schema, output_schema, scopes, side_effect, requires_approval, data_regions,
+                  status, fixture_count
              FROM capability_versions
             WHERE tenant = $1 AND agent_id = $2 AND status <> 'retired'""",
         tenant, agent_id,
@@ -250,5 +257,41 @@ async def retire_version(conn: asyncpg.Connection, tenant: str, agent_id: str, s
     await conn.execute(
         """UPDATE capability_versions SET status = 'retired', updated_at = now()
             WHERE tenant = $1 AND agent_id = $2 AND skill_id = $3 AND version = $4""",
+        tenant, agent_id, skill_id, version,
+    )
+
+
+async def fixtures_of(
+    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str, skill_id: str, version: str
+) -> list[Any]:
+    """A version's fixtures as stored (empty when it has none or does not exist)."""
+    fixtures = await conn.fetchval(
+        """SELECT fixtures FROM capability_versions
+            WHERE tenant = $1 AND agent_id = $2 AND skill_id = $3 AND version = $4""",
+        tenant, agent_id, skill_id, version,
+    )
+    return fixtures or []
+
+
+async def replay_subject(
+    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str, skill_id: str, version: str
+) -> asyncpg.Record | None:
+    """What judging a replay of a version reads: its status, baseline and outputSchema, and the
+    baseline's fixtures (None: no such version)."""
+    return await conn.fetchrow(
+        """SELECT c.status, c.baseline, c.output_schema, b.fixtures AS baseline_fixtures
+             FROM capability_versions c
+             LEFT JOIN capability_versions b
+               ON b.tenant = c.tenant AND b.agent_id = c.agent_id AND b.skill_id = c.skill_id AND b.version = c.baseline
+            WHERE c.tenant = $1 AND c.agent_id = $2 AND c.skill_id = $3 AND c.version = $4""",
+        tenant, agent_id, skill_id, version,
+    )
+
+
+async def release_candidate(conn: asyncpg.Connection, tenant: str, agent_id: str, skill_id: str, version: str) -> None:
+    """A candidate whose replay passed becomes active."""
+    await conn.execute(
+        """UPDATE capability_versions SET status = 'active', updated_at = now()
+            WHERE tenant = $1 AND agent_id = $2 AND skill_id = $3 AND version = $4 AND status = 'candidate'""",
         tenant, agent_id, skill_id, version,
     )

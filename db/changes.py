@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncpg
 
 CHANGE_CHANNEL = "capreg_changes"
+# A change to a candidate version (published as one, or retired while one): it moves the sequence,
+# so caches drop, but the feed never shows it (docs/api.md#the-replay-gate).
+CANDIDATE_CHANGE_KIND = "version.candidate"
 
 # Called with the new seq by record_change, before the write commits: this process's caches stop
 # serving at once (read-your-writes), without waiting for the NOTIFY to come back.
@@ -50,15 +53,16 @@ async def changes_after(
 
     A change on a version whose effectiveAt is still in the future is left out, as discovery leaves
     the version out; once it is effective, a `version.effective` change announces it (db.housekeeping).
+    Changes to candidates are never shown: one passing its replay is announced as `version.published`.
     """
     return await conn.fetch(
         """SELECT c.seq, c.kind, c.ref, c.at
              FROM changes c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
-            WHERE c.seq > $1 AND c.seq <= $4
+            WHERE c.seq > $1 AND c.seq <= $4 AND c.kind <> $5
               AND (a.visibility = 'public' OR a.tenant = $2 OR $2 = ANY (a.shared_with))
               AND NOT EXISTS (SELECT 1 FROM capability_versions v
                                WHERE v.tenant = c.tenant AND v.agent_id = c.agent_id AND v.effective_at > now()
                                  AND c.ref = v.tenant || '/' || v.agent_id || '/' || v.skill_id || '@' || v.version)
             ORDER BY c.seq LIMIT $3""",
-        after, tenant, limit, upto,
+        after, tenant, limit, upto, CANDIDATE_CHANGE_KIND,
     )

@@ -36,7 +36,7 @@ async def announce_effective(conn: asyncpg.Connection) -> int:
             f"""SELECT v.tenant, v.agent_id, v.tenant || '/' || v.agent_id || '/' || v.skill_id || '@' || v.version AS ref
                   FROM capability_versions v
                  WHERE v.effective_at > $1::timestamptz - interval '{_LOOKBACK}' AND v.effective_at <= now()
-                   AND v.published_at < v.effective_at AND v.status <> 'retired'
+                   AND v.published_at < v.effective_at AND v.status <> 'retired' AND v.status <> 'candidate'
                    AND NOT EXISTS (SELECT 1 FROM changes ch WHERE ch.kind = '{EFFECTIVE}'
                                     AND ch.ref = v.tenant || '/' || v.agent_id || '/' || v.skill_id || '@' || v.version)
                  ORDER BY v.effective_at""",

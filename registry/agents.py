@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 import msgspec
 
-from auth.policy import can_see, check_heartbeat, check_publish, not_found
+from auth.policy import can_see, check_heartbeat, check_publish, not_found, sees_candidates
 from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
@@ -175,7 +175,8 @@ async def skill_versions(
     registry: Registry, caller: Caller | None, tenant: str, agent_id: str, skill_id: str
 ) -> list[PublicCapability]:
     """Every version of a skill of an agent the caller may see, newest first; versions not yet
-    effective are not discoverable, so they stay hidden here too."""
+    effective are not discoverable, so they stay hidden here too, and candidates are listed to
+    their own tenant only (auth.policy.sees_candidates)."""
     agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
     if agent is None or not can_see(
         caller, tenant=agent["tenant"], visibility=agent["visibility"], shared_with=agent["shared_with"]
@@ -183,7 +184,11 @@ async def skill_versions(
         raise refused(not_found("agent"))
     rows = await capability_queries.skill_versions(registry.pool, tenant, agent_id, skill_id)
     now = datetime.now(timezone.utc)
-    items = [public_capability(r) for r in rows if r["effective_at"] is None or r["effective_at"] <= now]
+    candidates_shown = sees_candidates(caller, tenant)
+    items = [
+        public_capability(r) for r in rows
+        if (r["effective_at"] is None or r["effective_at"] <= now) and (candidates_shown or r["status"] != "candidate")
+    ]
     if not items:
         raise refused(not_found("skill"))
     return items

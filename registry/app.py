@@ -25,6 +25,7 @@ from registry.routes import a2a_rpc, agents, approvals, audit, console, discover
 from registry.routes import offers
 from registry.routes import ard
 from registry.routes import publisher
+from registry.routes import replays
 from registry import api_docs, audit_chain
 from registry.change_watcher import ChangeWatcher
 from registry.state import Registry
@@ -92,7 +93,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         # each operation's OpenAPI tag and security (registry.api_docs)
         route_handlers=api_docs.documented([
             *agents.ROUTES, *discovery.ROUTES, *release.ROUTES, *versions.ROUTES, *tickets.ROUTES, *approvals.ROUTES,
-            *audit.ROUTES, *ops.ROUTES, *mcp.ROUTES, serve_metrics, *offers.ROUTES, *a2a_rpc.ROUTES,
+            *audit.ROUTES, *ops.ROUTES, *mcp.ROUTES, serve_metrics, *offers.ROUTES, *a2a_rpc.ROUTES, *replays.ROUTES,
             *ard.ROUTES,  # ARD: /.well-known/ard.json and /ard/*
             *console.ROUTES,  # the security console and the offline /schema assets
             *publisher.ROUTES,  # publisher keys, registrations as signed

@@ -19,6 +19,8 @@ import msgspec
 from registry.records import AgentInterface, AgentRegistration, CapabilityVersion
 
 CAPREG_EXTENSION_URI = "https://capreg.dev/extensions/capability/v1"
+# The `_meta` key of an MCP tool definition carrying the capability's behaviour fixtures.
+CAPREG_FIXTURES_META = "dev.capreg/fixtures"
 CAPREG_SECURITY_SCHEME = "capreg"
 PUBLIC_PROTOCOL_BINDING = "HTTP+JSON"
 PUBLIC_PROTOCOL_VERSION = "1.0"
@@ -379,6 +381,7 @@ def _capability_params(cap: CapabilityVersion, *, base_url: str) -> dict[str, An
         "dataRegions": cap.data_regions,
         "slo": _without_empty(msgspec.to_builtins(cap.slo)) if cap.slo else None,
         "examples": cap.examples,
+        "fixtures": cap.fixtures or None,
         "sunsetAt": msgspec.to_builtins(cap.sunset_at),
         "detailUrl": f"{base_url.rstrip('/')}/skills/{cap.id}/versions/{cap.version}",
     }
@@ -436,6 +439,8 @@ def mcp_tool(cap: CapabilityVersion) -> dict[str, Any]:
     # MCP (through 2025-11-25) admits only object output schemas; an empty schema says nothing.
     if cap.output_schema.get("type") == "object":
         tool["outputSchema"] = cap.output_schema
+    if cap.fixtures:  # behaviour fixtures, released as examples are (MCP's place for extra fields)
+        tool["_meta"] = {CAPREG_FIXTURES_META: cap.fixtures}
     return tool
 
 

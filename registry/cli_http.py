@@ -1,5 +1,5 @@
 """The `capreg` commands for people that go through the HTTP API (CAPREG_URL, CAPREG_TOKEN):
-register, discover, detail, ticket mint|introspect|revoke, audit grants|events.
+register, discover, detail, replay, ticket mint|introspect|revoke, audit grants|events.
 
 Readable rich tables on a terminal; when stdout is not a terminal (a pipe, a file), plain rows of
 tab-separated cells with a header row, one item a line and never wrapped, for grep, cut and awk;
@@ -317,6 +317,25 @@ def audit_events(registry: Registry, args: argparse.Namespace) -> int:
     ))
 
 
+def replay(registry: Registry, args: argparse.Namespace) -> int:
+    """Run the baseline's fixtures against the candidate's instance, submit the report, print the
+    verdict: exit 0 when it passed (the candidate is active), 1 when it failed."""
+    try:
+        verdict = registry.replay(args.ref, args.instance_url, ticket=args.ticket, instance=args.instance)
+    except ImportError:
+        print("capreg replay: needs a2a-sdk: pip install 'capreg[a2a]'", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(verdict.to_dict(), indent=2, default=str))
+    elif verdict.passed:
+        print(f"passed: {verdict.version.ref if verdict.version else args.ref} is active")
+    else:
+        print(f"failed: {len(verdict.errors)} fixture(s) failed; {args.ref} stays a candidate")
+        for error in verdict.errors:
+            print(f"  {error.get('fixture')}: {error.get('kind')}: {error.get('message')}")
+    return 0 if verdict.passed else 1
+
+
 def _read_value(value: str | None) -> str | None:
     """`-` reads the value from stdin (a ticket is long and secret: keep it off the command line)."""
     if value == "-":
@@ -359,6 +378,15 @@ def add_http_commands(commands: argparse._SubParsersAction, audit: argparse._Sub
     detail_parser.add_argument("ref")
     _output_flags(detail_parser, ndjson=False)
     detail_parser.set_defaults(run=run_http(detail))
+
+    replay_parser = commands.add_parser(
+        "replay", help="run a candidate's baseline fixtures against its A2A instance and submit the report (registry:attest)")
+    replay_parser.add_argument("ref", help="the candidate, tenant/agent/skill@version (exact)")
+    replay_parser.add_argument("--instance-url", required=True, help="the candidate's A2A JSON-RPC endpoint")
+    replay_parser.add_argument("--instance", help="the instance id, recorded with the report")
+    replay_parser.add_argument("--ticket", action="store_true", help="present a capreg ticket for REF on each call")
+    _output_flags(replay_parser, ndjson=False)
+    replay_parser.set_defaults(run=run_http(replay))
 
     ticket = commands.add_parser("ticket", help="delegation tickets").add_subparsers(dest="ticket_command", required=True)
     mint = ticket.add_parser("mint", help="mint a ticket for REF (tenant/agent/skill@version-or-range)")

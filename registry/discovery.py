@@ -208,6 +208,8 @@ def capability_version(row: asyncpg.Record) -> CapabilityVersion:
         output_modes=list(row["output_modes"]),
         deprecation_message=row["deprecation_message"],
         published_at=row["published_at"],
+        fixture_count=row["fixture_count"],
+        baseline=row["baseline"] if row["status"] == "candidate" else None,
         **_version_fields(row),
     )
 

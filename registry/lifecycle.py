@@ -13,6 +13,7 @@ from auth.policy import NOT_FOUND, can_see, check_lifecycle
 from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
+from db.changes import CANDIDATE_CHANGE_KIND
 from db.group_commit import WriteScope
 from db.audit_events import AuditEvent
 from registry.discovery import public_capability
@@ -47,6 +48,8 @@ async def deprecate(
     async def apply(conn, status: str) -> bool:
         if status == "retired":
             raise ProblemError(410, "retired", "a retired version cannot be deprecated")
+        if status == "candidate":  # deprecated versions are in force: that would step around its replay
+            raise ProblemError(409, "version_conflict", "a candidate is released by a passing replay, not deprecated; retire it instead")
         await capability_queries.deprecate_version(conn, key.tenant, key.agent_id, key.skill_id, key.version, sunset_at, message)
         return True
 
@@ -92,7 +95,8 @@ async def _change(
         if status is None:
             raise refused(NOT_FOUND)
         if await apply(scope.conn, status):
-            scope.change(event_type, tenant, agent_id, ref)
+            # A candidate was never announced: its retirement is not either.
+            scope.change(CANDIDATE_CHANGE_KIND if status == "candidate" else event_type, tenant, agent_id, ref)
             scope.audit(AuditEvent(
                 type=event_type, outcome="allowed", tenant=tenant, actor_tenant=caller.tenant,
                 actor=caller.sub, actor_issuer=caller.issuer, ref=ref, trace_id=trace_id, request_id=request_id,

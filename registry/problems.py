@@ -28,15 +28,18 @@ PROBLEM_MEDIA_TYPE = "application/problem+json"
 TITLES = {
     400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
     405: "Method Not Allowed", 409: "Conflict", 410: "Gone", 413: "Payload Too Large",
-    415: "Unsupported Media Type", 429: "Too Many Requests", 500: "Internal Server Error",
+    415: "Unsupported Media Type", 422: "Unprocessable Content", 429: "Too Many Requests", 500: "Internal Server Error",
     503: "Service Unavailable",
 }
 
 
 class ErrorItem(Wire, omit_defaults=True):
-    path: str
+    """One finding: where (`path`, a JSON pointer) or, for a replay, which `fixture`, and why."""
+
     message: str
+    path: str | None = None
     kind: str | None = None
+    fixture: str | None = None
 
 
 class Problem(Wire, omit_defaults=True):

@@ -22,7 +22,8 @@ def approval_required(side_effect: str | None, explicit: bool | None) -> bool:
     return explicit if isinstance(explicit, bool) else side_effect == "destructive"
 
 
-Status = Literal["active", "deprecated", "retired"]
+# `candidate`: stored, but not in force until a replay report passes (docs/api.md#the-replay-gate).
+Status = Literal["active", "deprecated", "retired", "candidate"]
 
 
 def agent_ref(tenant: str, agent_id: str) -> str:
@@ -65,6 +66,30 @@ class AgentInterface(Wire):
     tenant: ShortText | None = None
 
 
+FIXTURE_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+# `ok`, or the error code the implementation is expected to answer with.
+OUTCOME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
+MAX_FIXTURES = 100
+MAX_FIXTURE_BYTES = 64 * 1024
+
+
+class FixtureExpectation(Wire, forbid_unknown_fields=True):
+    """What running a fixture must give: the outcome, the output it must contain (optional), and
+    the most side effect it may have."""
+
+    outcome: Annotated[str, msgspec.Meta(pattern=OUTCOME_PATTERN)]
+    side_effect: SideEffect
+    output: Any | msgspec.UnsetType = msgspec.UNSET
+
+
+class Fixture(Wire, forbid_unknown_fields=True):
+    """A behaviour fixture: an input the version must keep answering as `expect` says."""
+
+    name: Annotated[str, msgspec.Meta(pattern=FIXTURE_NAME_PATTERN)]
+    input: dict[str, Any]
+    expect: FixtureExpectation
+
+
 class SkillRegistration(Wire):
     """One skill of a registration: A2A AgentSkill fields plus the registry's capability fields."""
 
@@ -85,6 +110,8 @@ class SkillRegistration(Wire):
     data_regions: list[Region] = []
     slo: Slo | None = None
     effective_at: datetime | None = None
+    # At most MAX_FIXTURES (checked with the schemas, registry.fixtures), each at most MAX_FIXTURE_BYTES.
+    fixtures: Annotated[list[Fixture], msgspec.Meta(max_length=MAX_FIXTURES)] = []
 
     def __post_init__(self) -> None:
         check_date_time("effectiveAt", self.effective_at)
@@ -155,6 +182,12 @@ class CapabilityVersion(Wire):
     deprecation_message: str | None
     effective_at: datetime | None
     published_at: datetime
+    # How many fixtures the version carries; the fixtures themselves only once it is released
+    # (registry.release), as stored (camelCase JSON).
+    fixture_count: int = 0
+    fixtures: list[dict[str, Any]] = []
+    # A candidate's baseline: the version whose fixtures judge it (None for every other version).
+    baseline: str | None = None
 
     @property
     def ref(self) -> str:

@@ -16,6 +16,7 @@ from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
 from db import signatures as signature_queries
+from db.changes import CANDIDATE_CHANGE_KIND
 from db.group_commit import WriteScope
 from db.audit_events import AuditEvent
 from registry.bounded_work import WorkFailed, WorkTimedOut, run_bounded
@@ -26,17 +27,29 @@ from registry.records import (
     SIDE_EFFECT_ORDER, AgentRegistration, SkillRegistration, agent_ref, approval_required, capability_ref,
 )
 from registry.compatibility import BreakingChange, check_compatibility
+from registry.fixtures import fixture_errors, fixtures_content
 from registry.schema_guard import SchemaRejected, compile_schema
-from registry.versions import InvalidVersion, Version, publish_verdict
+from registry.versions import InvalidVersion, Version, baseline, publish_verdict
 from registry.wire import Wire
 
 _encoder = msgspec.json.Encoder(order="sorted")
+# The change recorded for a new candidate (and its retirement): never shown by the feed (db.changes).
+CANDIDATE_CHANGE = CANDIDATE_CHANGE_KIND
 T = TypeVar("T")
 
 
 class VersionRef(Wire):
     id: str
     version: str
+
+
+class CandidateRef(Wire):
+    """A new version stored as a candidate: its baseline's fixtures must pass a replay first."""
+
+    id: str
+    version: str
+    baseline: str
+    fixtures: int
 
 
 class PreparedSkill(msgspec.Struct):
@@ -74,7 +87,7 @@ def _hash(value: Any) -> str:
 
 # Part of every registration digest: bump it whenever validation or normalization of a registration
 # changes, so that bodies accepted under the old rules go through the full path again once.
-_REGISTRATION_RULES = "capreg-registration-rules-1"
+_REGISTRATION_RULES = "capreg-registration-rules-2"  # 2: behaviour fixtures
 
 
 def registration_digest(body: bytes) -> str:
@@ -111,6 +124,8 @@ def skill_content(skill: SkillRegistration) -> dict:
     """The published content of a capability version, the thing that must never change."""
     content = msgspec.to_builtins(skill)
     content["requiresApproval"] = approval_required(skill.side_effect, skill.requires_approval)
+    if not content["fixtures"]:
+        del content["fixtures"]  # versions published before fixtures existed keep their hash
     return content
 
 
@@ -177,8 +192,10 @@ def prepare_registration_now(registration: AgentRegistration) -> PreparedRegistr
         if key in seen:
             errors.append(ErrorItem(path=base, message=f"{skill.id}@{skill.version} appears twice"))
         seen.add(key)
-        errors += schema_errors(skill.input_schema, f"{base}/inputSchema", must_be_object=True)
-        errors += schema_errors(skill.output_schema, f"{base}/outputSchema", must_be_object=False)
+        schema_problems = schema_errors(skill.input_schema, f"{base}/inputSchema", must_be_object=True)
+        schema_problems += schema_errors(skill.output_schema, f"{base}/outputSchema", must_be_object=False)
+        errors += schema_problems
+        errors += fixture_errors(skill, base, schemas_valid=not schema_problems)
         content = skill_content(skill)
         prepared.append(PreparedSkill(skill, version, content["requiresApproval"], _hash(content)))
     if errors:
@@ -217,6 +234,8 @@ def _version_row(tenant: str, agent_id: str, prepared: PreparedSkill) -> dict[st
         "data_regions": sorted(set(skill.data_regions)),
         "slo": msgspec.to_builtins(skill.slo) if skill.slo is not None else None,
         "examples": list(skill.examples),
+        "fixtures": fixtures_content(skill),
+        "fixture_count": len(skill.fixtures),
         "input_schema": skill.input_schema,
         "output_schema": skill.output_schema,
         "input_modes": list(skill.input_modes),
@@ -293,6 +312,27 @@ class RegistrationResult(msgspec.Struct):
     created: bool
     published: list[VersionRef]
     unchanged: list[VersionRef]
+    candidates: list[CandidateRef] = []
+
+
+def candidate_baselines(stored: list[Any], new_skills: list[PreparedSkill]) -> dict[tuple[str, str], CandidateRef]:
+    """Which new versions are candidates: those whose baseline (registry.versions.baseline) has
+    fixtures. The baseline is chosen among released versions (stored ones neither retired nor
+    candidates, and new ones of the same request that are not candidates themselves), so a chain
+    of candidates without fixtures can never step around a baseline's fixtures."""
+    released: dict[str, list[tuple[Version, int]]] = {}
+    for row in stored:
+        if row["status"] != "candidate":
+            released.setdefault(row["skill_id"], []).append((Version.parse(row["version"]), row["fixture_count"]))
+    found: dict[tuple[str, str], CandidateRef] = {}
+    for prepared in sorted(new_skills, key=lambda p: (p.skill.id, p.version)):
+        skill = prepared.skill
+        chosen = baseline(prepared.version, released.get(skill.id, []))
+        if chosen is not None and chosen[1] > 0:
+            found[(skill.id, skill.version)] = CandidateRef(id=skill.id, version=skill.version, baseline=str(chosen[0]), fixtures=chosen[1])
+        else:
+            released.setdefault(skill.id, []).append((prepared.version, len(skill.fixtures)))
+    return found
 
 
 async def apply_registration(
@@ -370,8 +410,10 @@ async def apply_registration(
             ))
     if conflicts:
         raise ProblemError(409, "version_conflict", "published versions are immutable", errors=conflicts)
+    candidates: dict[tuple[str, str], CandidateRef] = {}
     if new_skills:
         stored = await capability_queries.version_contracts(conn, tenant, agent_id)
+        candidates = candidate_baselines(stored, new_skills)
         existing, new = _compatibility_inputs(stored, prepared, new_skills)
         verdict = prepared.verdict
         if verdict is not None and verdict.existing == existing and verdict.new == new:
@@ -384,13 +426,31 @@ async def apply_registration(
                 "a new minor or patch version must stay compatible with the versions before it",
                 errors=breaking,
             )
-    await capability_queries.insert_versions(conn, [_version_row(tenant, agent_id, skill) for skill in new_skills])
+    rows = []
+    for skill in new_skills:
+        row = _version_row(tenant, agent_id, skill)
+        candidate = candidates.get((skill.skill.id, skill.skill.version))
+        row["status"] = "candidate" if candidate else "active"
+        row["baseline"] = candidate.baseline if candidate else None
+        rows.append(row)
+    await capability_queries.insert_versions(conn, rows)
     for skill in new_skills:
         ref = capability_ref(tenant, agent_id, skill.skill.id, skill.skill.version)
-        scope.audit(event("version.published", ref, sorted(set(skill.skill.scopes))))
-        scope.change("version.published", tenant, agent_id, ref)
+        published_event = event("version.published", ref, sorted(set(skill.skill.scopes)))
+        if (skill.skill.id, skill.skill.version) in candidates:
+            # Not announced: the feed's readers may not see a candidate. The change still moves the
+            # sequence, so every cache (the owner's exact reads among them) is dropped.
+            scope.audit(msgspec.structs.replace(published_event, reason="candidate"))
+            scope.change(CANDIDATE_CHANGE, tenant, agent_id, ref)
+        else:
+            scope.audit(published_event)
+            scope.change("version.published", tenant, agent_id, ref)
     if prepared.body is not None:
         await signature_queries.record_registration(conn, tenant, agent_id, prepared.body, prepared.publisher_kid)
     if prepared.body_hash is not None:
         await agent_queries.set_registration_hash(conn, tenant, agent_id, prepared.body_hash)
-    return RegistrationResult(created=created or bool(published), published=published, unchanged=unchanged)
+    published = [ref for ref in published if (ref.id, ref.version) not in candidates]
+    return RegistrationResult(
+        created=created or bool(published) or bool(candidates), published=published, unchanged=unchanged,
+        candidates=list(candidates.values()),
+    )

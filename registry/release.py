@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from auth.policy import NOT_FOUND, CapabilityGate, Refusal, can_see, decide_release, not_found
+from auth.policy import NOT_FOUND, NOT_FOUND_CODE, CapabilityGate, Refusal, can_see, decide_release, not_found
 from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
@@ -68,8 +68,9 @@ def parse_version_request(text: str) -> VersionRequest:
 
 
 def in_force(cap: CapabilityVersion, now: datetime) -> bool:
-    """Not retired, and effective (no `effectiveAt`, or one not in the future)."""
-    return cap.status != "retired" and (cap.effective_at is None or cap.effective_at <= now)
+    """Not retired, not a candidate (docs/api.md#the-replay-gate), and effective (no `effectiveAt`,
+    or one not in the future): db.capabilities.IN_FORCE, for versions already read."""
+    return cap.status not in ("retired", "candidate") and (cap.effective_at is None or cap.effective_at <= now)
 
 
 def choose_version(
@@ -77,8 +78,8 @@ def choose_version(
 ) -> CapabilityVersion | None:
     """The version `request` names among one skill's versions, or None.
 
-    An exact request may name a retired version (the policy answers 410 for it); `latest` and
-    ranges consider only versions in force.
+    An exact request may name a retired version (the policy answers 410 for it) or a candidate
+    (the policy lets only its own tenant have it); `latest` and ranges consider only versions in force.
     """
     if request.exact:
         candidates = [c for c in caps if c.effective_at is None or c.effective_at <= now]
@@ -132,6 +133,10 @@ class CapabilityDetail(PublicCapability, kw_only=True):
     input_schema: JsonSchema
     output_schema: JsonSchema
     examples: list[str]
+    # Behaviour fixtures (docs/api.md#behaviour-fixtures), released as examples are.
+    fixtures: list[dict[str, Any]]
+    # For a candidate, the version whose fixtures a replay runs (`capreg replay`); else null.
+    baseline: str | None
     endpoints: Endpoints
     publisher: Publisher
 
@@ -158,6 +163,8 @@ def capability_detail(
         input_schema=cap.input_schema,
         output_schema=cap.output_schema,
         examples=list(cap.examples),
+        fixtures=list(cap.fixtures),
+        baseline=cap.baseline,
         endpoints=where,
         publisher=publisher,
     )
@@ -279,11 +286,23 @@ async def release(
     if found is None:
         raise await denied(NOT_FOUND, ref=ref)
     refusal = decide_release(caller, found.gate(), exact_version=wanted.exact)
+    if refusal is not None and refusal.code == NOT_FOUND_CODE:  # nothing resolved may show, not even in the audit
+        raise await denied(refusal, ref=ref)
     if refusal is not None:
         raise await denied(refusal, ref=found.cap.ref, scopes=found.cap.scopes)
     event = release_event(caller, tenant=tenant, ref=found.cap.ref, refusal=None, scopes=found.cap.scopes, trace_id=trace_id)
     await registry.writes.record([event])
-    return found
+    return await _with_fixtures(registry, found)
+
+
+async def _with_fixtures(registry: Registry, found: Released) -> Released:
+    """A released version with its fixtures, read only for it and only when it has some (they are
+    not in the cached skill record: up to 100 of 64 KiB each)."""
+    cap = found.cap
+    if not cap.fixture_count:
+        return found
+    fixtures = await capability_queries.fixtures_of(registry.pool, cap.tenant, cap.agent_id, cap.id, cap.version)
+    return msgspec.structs.replace(found, cap=msgspec.structs.replace(cap, fixtures=list(fixtures)))
 
 
 def detail_of(released: Released) -> CapabilityDetail:
@@ -313,10 +332,14 @@ async def extended_card(
                            ref=agent_ref(tenant, agent_id), trace_id=trace_id)
     rows = await capability_queries.latest_per_skill(registry.pool, tenant, agent_id, detail=True)
     passed, events = [], []
-    for cap in (capability_version(row) for row in rows):
+    for row in rows:
+        cap = capability_version(row)
         gate = CapabilityGate.of(cap, visibility=agent["visibility"], shared_with=agent["shared_with"])
         refusal = decide_release(caller, gate, exact_version=False)
         events.append(release_event(caller, tenant=tenant, ref=cap.ref, refusal=refusal, scopes=cap.scopes, trace_id=trace_id))
+        if refusal is None and cap.fixture_count:
+            fixtures = await capability_queries.fixtures_of(registry.pool, tenant, agent_id, cap.id, cap.version)
+            cap = msgspec.structs.replace(cap, fixtures=list(fixtures))
         if refusal is None:
             passed.append(cap)
     await registry.writes.record(events)

@@ -19,9 +19,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from registry.compatibility import BreakingChange, check_compatibility
+
+T = TypeVar("T")
 
 MAX_VERSION_LENGTH = 128
 MAX_RANGE_LENGTH = 256
@@ -344,6 +346,16 @@ class PublishBreak(NamedTuple):
     change: BreakingChange
 
 
+def baseline(new: Version, line: Iterable[tuple[Version, T]]) -> tuple[Version, T] | None:
+    """The release `new` is compared with (docs/api.md#compatibility), from `line` (other releases of
+    the same skill, each with what the caller keeps of it): the highest lower release of its major
+    line. A pre-release has none: pre-releases promise nothing, and none is a baseline."""
+    if new.is_prerelease:
+        return None
+    same_line = [(v, c) for v, c in line if v.major == new.major and not v.is_prerelease and v < new]
+    return max(same_line, default=None, key=lambda vc: vc[0])
+
+
 def publish_verdict(new: Version, contract: Mapping[str, Any], line: Iterable[tuple[Version, Mapping[str, Any]]]) -> list[PublishBreak]:
     """The one verdict on publishing `new` next to `line` (other releases of the same skill): empty
     when publishing is accepted. `PUT /v1/agents/...` and `POST /v1/compatibility` both ask this.
@@ -354,9 +366,12 @@ def publish_verdict(new: Version, contract: Mapping[str, Any], line: Iterable[tu
     """
     if new.is_prerelease:
         return []
-    same_line = [(v, c) for v, c in line if v.major == new.major and not v.is_prerelease]
-    lower = max(((v, c) for v, c in same_line if v < new), default=None, key=lambda vc: vc[0])
-    higher = min(((v, c) for v, c in same_line if v > new), default=None, key=lambda vc: vc[0])
+    line = list(line)
+    lower = baseline(new, line)
+    higher = min(
+        ((v, c) for v, c in line if v.major == new.major and not v.is_prerelease and v > new),
+        default=None, key=lambda vc: vc[0],
+    )
     breaks: list[PublishBreak] = []
     if lower is not None:
         breaks += [PublishBreak(lower[0], False, change) for change in check_compatibility(lower[1], contract)]

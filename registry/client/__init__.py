@@ -27,6 +27,7 @@ from registry.client.results import (
     Offers,
     OfferWhy,
     Registration,
+    ReplayVerdict,
     Revocation,
     Ticket,
     TicketClaims,
@@ -37,6 +38,6 @@ from registry.client.verifier import TicketVerifier
 __all__ = [
     "Agent", "Approval", "AsyncKeepAlive", "AsyncRegistry", "AuditEvent", "Capability", "CapabilityDetail",
     "CapabilityRef", "CapregError", "Checkpoint", "Endpoints", "ErrorDetail", "Grant", "Heartbeat", "Instance",
-    "Interface", "Introspection", "KeepAlive", "KeepAliveState", "Excluded", "Offer", "OfferInstance", "Offers", "OfferWhy", "Registration", "Registry", "Revocation", "Ticket",
+    "Interface", "Introspection", "KeepAlive", "KeepAliveState", "Excluded", "Offer", "OfferInstance", "Offers", "OfferWhy", "Registration", "Registry", "ReplayVerdict", "Revocation", "Ticket",
     "TicketClaims", "TicketVerifier", "ToolList", "parse_ref",
 ]

@@ -35,6 +35,7 @@ from registry.client.results import (
     Heartbeat,
     Introspection,
     Registration,
+    ReplayVerdict,
     Revocation,
     Offers,
     Ticket,
@@ -182,6 +183,25 @@ class AsyncRegistry(RegistryBase):
 
     async def checkpoint(self) -> Checkpoint:
         return await self._call(calls.checkpoint())
+
+    async def replay(self, ref: str, instance_url: str, *, ticket: bool = False, instance: str | None = None) -> ReplayVerdict:
+        """Run the baseline's fixtures of the candidate `ref` against `instance_url` and submit the
+        report: Registry.replay, for asyncio."""
+        from registry.client.a2a import TicketCredentials
+        from registry.client.replay import run_fixtures
+
+        target = calls.parse_ref(ref)
+        candidate = await self.detail(ref)
+        fixtures = (await self.detail(f"{target.tenant}/{target.agent_id}/{target.skill}@{candidate.baseline}")).fixtures if candidate.baseline else []
+        credentials = TicketCredentials(self, ref, scopes=candidate.scopes) if ticket else None
+        results = await run_fixtures(fixtures, instance_url, credentials=credentials)
+        try:
+            return await self._call(calls.submit_replay(target, results, instance), retries=False)
+        except CapregError as error:
+            verdict = calls.failed_verdict(error)
+            if verdict is None:
+                raise
+            return verdict
 
 
 class AsyncKeepAlive:

@@ -34,6 +34,7 @@ from registry.client.results import (
     Introspection,
     Offers,
     Registration,
+    ReplayVerdict,
     Revocation,
     Ticket,
 )
@@ -246,6 +247,24 @@ def discover(**query: Any) -> Call:
 
 def detail(ref: CapabilityRef) -> Call:
     return Call("GET", ref.path, _decoding(CapabilityDetail))
+
+
+def submit_replay(ref: CapabilityRef, results: list[dict[str, Any]], instance: str | None) -> Call:
+    """POST .../replays; a 422 `replay_failed` is a verdict too (`ReplayVerdict`, `failed`), not an error."""
+    body: dict[str, Any] = {"results": results}
+    if instance is not None:
+        body["instance"] = instance
+    return Call("POST", ref.path + "/replays", _decoding(ReplayVerdict), body=_json(body),
+                headers={"Content-Type": "application/json"})
+
+
+def failed_verdict(error: CapregError) -> ReplayVerdict | None:
+    """The `failed` verdict a 422 `replay_failed` answer carries (None for any other error)."""
+    if error.code != "replay_failed":
+        return None
+    return ReplayVerdict(verdict="failed", errors=[
+        {"fixture": e.fixture, "kind": e.kind, "message": e.message} for e in error.errors
+    ])
 
 
 def tool(ref: CapabilityRef, format: str) -> Call:  # noqa: A002

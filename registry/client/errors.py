@@ -13,6 +13,8 @@ class ErrorDetail(msgspec.Struct, kw_only=True):
     path: str = ""
     message: str = ""
     kind: str | None = None
+    # A replay's failing fixture (422 replay_failed).
+    fixture: str | None = None
 
 
 class _Problem(msgspec.Struct, rename="camel", kw_only=True):

@@ -75,6 +75,10 @@ class CapabilityDetail(Capability, kw_only=True):
     input_schema: dict[str, Any] = {}
     output_schema: dict[str, Any] = {}
     examples: list[str] = []
+    # Behaviour fixtures, as the registry stores them ({name, input, expect}).
+    fixtures: list[dict[str, Any]] = []
+    # For a candidate, the version whose fixtures judge it.
+    baseline: str | None = None
     endpoints: Endpoints = msgspec.field(default_factory=Endpoints)
 
     def urls(self) -> list[str]:
@@ -84,6 +88,19 @@ class CapabilityDetail(Capability, kw_only=True):
             if url and url not in seen:
                 seen.append(url)
         return seen
+
+
+class ReplayVerdict(Result):
+    """The registry's verdict on a replay report: `passed` (the candidate, now active, is `version`)
+    or `failed` (`errors`: one per failing fixture, {fixture, kind, message})."""
+
+    verdict: str
+    version: Capability | None = None
+    errors: list[dict[str, Any]] = []
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "passed"
 
 
 class Agent(Result):
@@ -115,6 +132,8 @@ class Registration(Result):
     agent: Agent
     published: list[VersionRef] = []
     unchanged: list[VersionRef] = []
+    # New versions held back until a replay passes: {id, version, baseline, fixtures}.
+    candidates: list[dict[str, Any]] = []
     created: bool = False  # 201 (something new) rather than 200
 
 

@@ -34,6 +34,7 @@ from registry.client.results import (
     Heartbeat,
     Introspection,
     Registration,
+    ReplayVerdict,
     Revocation,
     Offers,
     Ticket,
@@ -197,6 +198,30 @@ class Registry(RegistryBase):
 
     def checkpoint(self) -> Checkpoint:
         return self._call(calls.checkpoint())
+
+    def replay(self, ref: str, instance_url: str, *, ticket: bool = False, instance: str | None = None) -> ReplayVerdict:
+        """Run the baseline's fixtures of the candidate `ref` (its exact version) against the A2A
+        endpoint `instance_url` and submit the report (docs/api.md#the-replay-gate): the verdict,
+        `passed` (the candidate is now active) or `failed` (one error per failing fixture).
+        `ticket`: present a capreg ticket for `ref` on each call. Needs the a2a extra; from async
+        code, use AsyncRegistry.replay."""
+        import asyncio
+
+        from registry.client.a2a import TicketCredentials
+        from registry.client.replay import run_fixtures
+
+        target = calls.parse_ref(ref)
+        candidate = self.detail(ref)
+        fixtures = self.detail(f"{target.tenant}/{target.agent_id}/{target.skill}@{candidate.baseline}").fixtures if candidate.baseline else []
+        credentials = TicketCredentials(self, ref, scopes=candidate.scopes) if ticket else None
+        results = asyncio.run(run_fixtures(fixtures, instance_url, credentials=credentials))
+        try:
+            return self._call(calls.submit_replay(target, results, instance), retries=False)
+        except CapregError as error:
+            verdict = calls.failed_verdict(error)
+            if verdict is None:
+                raise
+            return verdict
 
 
 class KeepAlive:

@@ -18,7 +18,7 @@ from registry import agents
 from registry.discovery import AgentView
 from registry.problems import ProblemError, problem_responses
 from registry.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN, AgentRegistration, PublicCapability
-from registry.registration import VersionRef
+from registry.registration import CandidateRef, VersionRef
 from registry.request_guard import body_schema, read_body
 from registry.state import registry_of, trace_id_of
 from registry.wire import Wire
@@ -37,6 +37,8 @@ class RegistrationResponse(Wire):
     agent: AgentView
     published: list[VersionRef]
     unchanged: list[VersionRef]
+    # New versions held back until a replay passes (docs/api.md#the-replay-gate).
+    candidates: list[CandidateRef]
 
 
 class Heartbeat(Wire, forbid_unknown_fields=True):
@@ -79,7 +81,7 @@ async def _unchanged_registration(request: Request) -> Response | None:
         return None
     entry, skills = unchanged
     return Response(
-        b'{"agent":' + entry.body + b',"published":[],"unchanged":' + _encoder.encode(skills) + b"}",
+        b'{"agent":' + entry.body + b',"published":[],"unchanged":' + _encoder.encode(skills) + b',"candidates":[]}',
         media_type="application/json",
     )
 
@@ -102,7 +104,7 @@ async def register_agent(
         registry, caller, tenant, agent_id, data, await request.body(), trace_id=trace_id_of(request)
     )
     entry = await agents.agent_view_entry(registry, tenant, agent_id)
-    refs = _encoder.encode({"published": result.published, "unchanged": result.unchanged})
+    refs = _encoder.encode({"published": result.published, "unchanged": result.unchanged, "candidates": result.candidates})
     return Response(
         b'{"agent":' + entry.body + b"," + refs[1:], status_code=201 if result.created else 200,
         media_type="application/json",
