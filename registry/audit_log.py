@@ -73,7 +73,7 @@ async def event_export(registry: Registry, tenant: str, query: EventQuery) -> As
     """Every matching event up to the head as it is now, as NDJSON: the filters are checked (400)
     before the stream starts."""
     where = _event_filter(query, _rfc3339("since", query.since), _rfc3339("until", query.until))
-    upto, _ = await audit_queries.head(registry.pool)
+    upto = await audit_queries.last_seq(registry.pool)
     return _ndjson(registry, tenant, where, upto)
 
 

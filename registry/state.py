@@ -20,6 +20,7 @@ from auth.keys import Keyring, load_keyring
 from auth.tokens import TokenVerifier
 from db.group_commit import GroupCommit
 from db.leases import LeaseRenewals
+from registry.chain_checks import ChainChecks
 from registry.change_watcher import ChangeWatcher
 from registry.config import Settings
 from registry.response_cache import ResponseCache
@@ -60,9 +61,9 @@ class Registry:
         self.responses = ResponseCache()
         # Rows behind detail releases, on the same terms (registry.skill_records.skill_record).
         self.release_cache = ResponseCache()
-        # The running verification of the whole audit chain, shared by concurrent callers
-        # (registry.audit_chain.verify_chain).
-        self.chain_verification: asyncio.Future | None = None
+        # GET /v1/audit/chain: running checks per chain, last answers, callers' last fresh check
+        # (registry.chain_checks).
+        self.chain_checks = ChainChecks()
 
     @property
     def verified(self):
