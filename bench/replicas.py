@@ -8,8 +8,9 @@
    `version.published` event, one change-feed entry), zero 5xx, every replica answers discovery
    identically within 1 s of the last write, `capreg audit verify` passes, the change feed and the
    audit chain have no gap.
-4. Audited writes per second (ticket mints, each one `ticket.granted` event on the one chain)
-   through 1 replica and through all N, for the same duration.
+4. Audited writes per second (ticket mints, each one `ticket.granted` event) through 1 replica and
+   through all N, for the same duration: by 1 tenant (every event on one chain), then by 8 tenants
+   each minting on its own capabilities (8 chains, which never wait for each other).
 
 Prints a report and writes it as JSON next to the other results (bench/results or --out).
 """
@@ -125,8 +126,14 @@ async def _database_checks(dsn: str) -> dict:
             "SELECT count(*) FROM (SELECT ref FROM changes WHERE kind = 'version.published' GROUP BY ref HAVING count(*) <> 1) d"
         )
         feed = await conn.fetchrow("SELECT count(*) AS n, coalesce(min(seq), 1) AS lo, coalesce(max(seq), 0) AS hi FROM changes")
-        chain = await conn.fetchrow("SELECT count(*) AS n, coalesce(min(seq), 1) AS lo, coalesce(max(seq), 0) AS hi FROM audit_events")
-        audit_head = await conn.fetchval("SELECT seq FROM audit_head WHERE id = 1")
+        chain = await conn.fetchrow("SELECT count(*) AS n FROM audit_events")
+        # Each tenant's chain: chainSeq 1..n without a gap, and its head row at n.
+        broken_chains = await conn.fetchval(
+            """SELECT count(*) FROM (SELECT chain, count(*) AS n, min(chain_seq) AS lo, max(chain_seq) AS hi
+                                        FROM audit_events WHERE chain IS NOT NULL GROUP BY chain) c
+                 LEFT JOIN audit_chain_heads h USING (chain)
+                WHERE c.lo <> 1 OR c.hi <> c.n OR h.chain_seq IS DISTINCT FROM c.n"""
+        )
         change_head = await conn.fetchval("SELECT seq FROM change_head WHERE id = 1")
         live = await conn.fetchval("SELECT count(*) FROM agent_instances WHERE expires_at > now()")
     finally:
@@ -137,7 +144,7 @@ async def _database_checks(dsn: str) -> dict:
         "versions_with_other_than_one_event": len(events),
         "versions_with_other_than_one_feed_entry": feed_dupes,
         "feed_gap_free": feed["lo"] == 1 and feed["hi"] == feed["n"] == change_head,
-        "chain_gap_free": chain["lo"] == 1 and chain["hi"] == chain["n"] == audit_head,
+        "chain_gap_free": broken_chains == 0,
         "audit_events": chain["n"],
         "changes": feed["n"],
         "live_instances": live,
@@ -145,22 +152,26 @@ async def _database_checks(dsn: str) -> dict:
 
 
 async def _audit_head(dsn: str) -> int:
+    """The highest seq written (every chain's entries take their seq from one sequence)."""
     import asyncpg
 
     conn = await asyncpg.connect(dsn)
     try:
-        return await conn.fetchval("SELECT seq FROM audit_head WHERE id = 1")
+        return await conn.fetchval("SELECT coalesce(max(seq), 0) FROM audit_events")
     finally:
         await conn.close()
 
 
 async def _batches_since(dsn: str, seq: int) -> tuple[int, int]:
-    """(events, batches) appended after `seq`: one group-commit batch stamps all its events with one `at`."""
+    """(events, batches) appended after `seq`: one group-commit batch stamps all its events with one
+    `at` (an event of two tenants is two entries with one eventId: counted once)."""
     import asyncpg
 
     conn = await asyncpg.connect(dsn)
     try:
-        row = await conn.fetchrow("SELECT count(*) AS n, count(DISTINCT at) AS b FROM audit_events WHERE seq > $1", seq)
+        row = await conn.fetchrow(
+            "SELECT count(DISTINCT event_id) AS n, count(DISTINCT at) AS b FROM audit_events WHERE seq > $1", seq
+        )
         return row["n"], row["b"]
     finally:
         await conn.close()
@@ -259,26 +270,38 @@ async def _scenario(fleet: Fleet, args, tokens: dict[str, str], reader: str) -> 
     report["failures"] = load.failures[:20]
 
     # 4. Audited writes per second: ticket mints from the raw load generator (bench/load.py; an
-    # httpx client would be the limit), through one replica, then split over every replica.
+    # httpx client would be the limit), through one replica, then split over every replica; by one
+    # tenant (one chain), then by every tenant on its own capabilities (a chain each).
     await load.close()
     if mint_bodies:
-        requests = [{"method": "POST", "path": "/v1/tickets", "headers": reader_headers, "body": b} for b in mint_bodies]
+        per_tenant = {t: [json.dumps({"audience": f"{a.tenant}/{a.agent_id}", "skill": s["id"],
+                                      "version": "^" + s["version"].split(".")[0], "scopes": s["scopes"],
+                                      "ttlSeconds": 300, "maxDepth": 0})
+                          for a in public if a.tenant == t for s in a.card["skills"] if s["sideEffect"] != "destructive"][:50]
+                      for t in data.TENANTS}
+        minting = [t for t in data.TENANTS if per_tenant[t]]
+        routers = {t: {"Authorization": f"Bearer {tokens['router:' + t]}", "Content-Type": "application/json"}
+                   for t in minting}
         rates = {}
         spreads = [("1 replica", fleet.ports[:1])] + ([(f"{fleet.count} replicas", fleet.ports)] if fleet.count > 1 else [])
-        for label, ports in spreads:
-            head = await _audit_head(dsn)
-            started = time.monotonic()
-            jobs = [{"host": "127.0.0.1", "port": port, "connections": max(1, args.connections // len(ports)),
-                     "duration": args.duration, "warmup": 0, "expect": [201], "requests": requests} for port in ports]
-            outs = await asyncio.gather(*[asyncio.to_thread(_generate, job) for job in jobs])
-            seconds = time.monotonic() - started
-            events, batches = await _batches_since(dsn, head)
-            rates[label] = {"audit_events_per_second": round(events / seconds, 1),
-                            "commits_per_second": round(batches / seconds, 1),
-                            "events_per_commit": round(events / max(batches, 1), 1),
-                            "mints_per_second": round(sum(len(o["latencies_us"]) for o in outs) / args.duration, 1),
-                            "errors": sum(o["errors"] for o in outs)}
-            print(f"  audited writes through {label}: {rates[label]}", flush=True)
+        for tenants in ([minting[0]], minting):
+            requests = [{"method": "POST", "path": "/v1/tickets", "headers": routers[t], "body": b}
+                        for t in tenants for b in per_tenant[t]]
+            for label, ports in spreads:
+                head = await _audit_head(dsn)
+                started = time.monotonic()
+                jobs = [{"host": "127.0.0.1", "port": port, "connections": max(1, args.connections // len(ports)),
+                         "duration": args.duration, "warmup": 0, "expect": [201], "requests": requests} for port in ports]
+                outs = await asyncio.gather(*[asyncio.to_thread(_generate, job) for job in jobs])
+                seconds = time.monotonic() - started
+                events, batches = await _batches_since(dsn, head)
+                key = f"{len(tenants)} tenant{'s' if len(tenants) > 1 else ''}, {label}"
+                rates[key] = {"audit_events_per_second": round(events / seconds, 1),
+                              "commits_per_second": round(batches / seconds, 1),
+                              "events_per_commit": round(events / max(batches, 1), 1),
+                              "mints_per_second": round(sum(len(o["latencies_us"]) for o in outs) / args.duration, 1),
+                              "errors": sum(o["errors"] for o in outs)}
+                print(f"  audited writes, {key}: {rates[key]}", flush=True)
         report["audited_writes_per_second"] = rates
     return report
 
@@ -294,6 +317,8 @@ def main(args) -> int:
         tokens = {t: fleet.mint(t, "fleet-publisher", ["registry:publish", "registry:read"]) for t in data.TENANTS}
         scopes = sorted({f"{n}:{m}" for ns in data.DOMAINS.values() for n in ns for m in ("read", "write")})
         reader = fleet.mint("acme", "fleet-router", ["registry:read", *scopes])
+        # Each tenant's own router, minting tickets on its own tenant's capabilities (phase 4).
+        tokens.update({f"router:{t}": fleet.mint(t, "fleet-router", ["registry:read", *scopes]) for t in data.TENANTS})
         report = asyncio.run(_scenario(fleet, args, tokens, reader))
     finally:
         fleet.stop()

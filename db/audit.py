@@ -1,47 +1,102 @@
-"""Queries on the audit log: append (hash-chained, inside the caller's transaction) and read."""
+"""Queries on the audit log: append (one hash chain per tenant, inside the caller's transaction) and read."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 
+import uuid
+
 import asyncpg
 import msgspec
 
-from db.audit_events import GENESIS_HASH, AuditEvent, AuditRecord, event_hash
+from db.audit_events import GENESIS_HASH, REGISTRY_CHAIN, AuditEvent, AuditRecord, entry_hash, event_chains
 
 AUDIT_COLUMNS = (
     "seq, at, tenant, actor_tenant, type, actor, on_behalf_of, ref, scopes, outcome, reason, trace_id, prev_hash, hash, "
-    "actor_issuer, request_id"
+    "actor_issuer, request_id, chain, chain_seq, event_id"
 )
 
 
 async def append_events(conn: asyncpg.Connection, events: list[AuditEvent]) -> list[int]:
-    """Append events to the chain; must run inside the transaction whose change they record.
+    """Append events to their tenants' chains (db.audit_events.event_chains: an event of two tenants
+    goes to both); must run inside the transaction whose change they record. Returns the seqs.
 
-    The head row lock is held until commit, so links are assigned in commit order and seq stays
-    gap-free; callers append as the last statement before commit to keep that window short.
+    Only the head rows of the chains written are locked (in byte order of chain, so two batches never
+    deadlock on them), until commit: each chain's chainSeq stays gap-free and its links follow commit
+    order, while writes to other chains go on. seq comes from a sequence taken under those locks, so
+    it increases within each chain. Callers append last before commit to keep the window short.
     """
     if not events:
         return []
-    head = await conn.fetchrow("SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE")
-    seq, prev = head["seq"], head["hash"]
+    entries = [(chain, event) for event in events for chain in event_chains(event)]
+    chains = sorted({chain for chain, _ in entries}, key=str.encode)
+    heads = await _lock_heads(conn, chains)
+    missing = [chain for chain in chains if chain not in heads]
+    if missing:
+        allowed = await _creatable_chains(conn, missing, {e.actor_tenant for e in events if e.actor_tenant})
+        # An event is never dropped: one that would be in no chain starts its own.
+        for event in events:
+            mine = event_chains(event)
+            if not any(chain in heads or chain in allowed for chain in mine):
+                allowed += [chain for chain in mine if chain not in allowed]
+        if allowed:
+            await conn.execute(
+                """INSERT INTO audit_chain_heads (chain, chain_seq, seq, hash)
+                   SELECT c, 0, 0, (SELECT hash FROM audit_head WHERE id = 1) FROM unnest($1::text[]) AS c
+                   ON CONFLICT (chain) DO NOTHING""",
+                allowed,
+            )
+            heads.update(await _lock_heads(conn, allowed))
+        # A record tenant that does not exist gets no chain: the entry stays in the actor's chain only.
+        entries = [(chain, event) for chain, event in entries if chain in heads]
+    seqs = await conn.fetchval("SELECT array_agg(nextval('audit_event_seq')) FROM generate_series(1, $1)", len(entries))
+    seqs.sort()
     at = datetime.now(timezone.utc)
+    event_ids = {id(event): str(uuid.uuid4()) for event in events}
     rows = []
-    for event in events:
-        seq += 1
-        digest = event_hash(prev, seq, at, event)
+    for (chain, event), seq in zip(entries, seqs):
+        chain_seq, prev = heads[chain]
+        chain_seq += 1
+        event_id = event_ids[id(event)]
+        digest = entry_hash(prev, chain=chain, chain_seq=chain_seq, event_id=event_id, seq=seq, at=at, event=event)
         rows.append(
             (seq, at, event.tenant, event.actor_tenant, event.type, event.actor, event.on_behalf_of,
              event.ref, list(event.scopes), event.outcome, event.reason, event.trace_id, prev, digest,
-             event.actor_issuer, event.request_id)
+             event.actor_issuer, event.request_id, chain, chain_seq, event_id)
         )
-        prev = digest
+        heads[chain] = (chain_seq, digest)
     await conn.executemany(
-        f"INSERT INTO audit_events ({AUDIT_COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)",
+        f"INSERT INTO audit_events ({AUDIT_COLUMNS}) "
+        "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19)",
         rows,
     )
-    await conn.execute("UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1", seq, prev)
+    last_seq = {row[16]: row[0] for row in rows}
+    written = [chain for chain in chains if chain in last_seq]
+    await conn.execute(
+        """UPDATE audit_chain_heads h SET chain_seq = x.cs, seq = x.s, hash = x.h
+             FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[]) AS x(c, cs, s, h) WHERE h.chain = x.c""",
+        written, [heads[c][0] for c in written], [last_seq[c] for c in written], [heads[c][1] for c in written],
+    )
     return [row[0] for row in rows]
+
+
+async def _lock_heads(conn: asyncpg.Connection, chains: list[str]) -> dict[str, tuple[int, str]]:
+    rows = await conn.fetch(
+        "SELECT chain, chain_seq, hash FROM audit_chain_heads WHERE chain = ANY($1::text[]) ORDER BY chain COLLATE \"C\" "
+        "FOR UPDATE",
+        chains,
+    )
+    return {row["chain"]: (row["chain_seq"], row["hash"]) for row in rows}
+
+
+async def _creatable_chains(conn: asyncpg.Connection, chains: list[str], actor_tenants: set[str]) -> list[str]:
+    """Of chains not yet started, those that may start now: an actor's tenant (a caller's token names
+    it), the registry's own, or a tenant with agents. A caller naming a tenant that does not exist in a
+    path cannot create chains (each would be a leaf of every checkpoint)."""
+    known = set(await conn.fetchval(
+        "SELECT coalesce(array_agg(DISTINCT tenant), '{}') FROM agents WHERE tenant = ANY($1::text[])", chains
+    ))
+    return [c for c in chains if c in actor_tenants or c == REGISTRY_CHAIN or c in known]
 
 
 def _record(row: asyncpg.Record) -> AuditRecord:
@@ -49,12 +104,13 @@ def _record(row: asyncpg.Record) -> AuditRecord:
 
 
 async def iter_all(conn: asyncpg.Connection, batch: int = 5000, *, after: int = 0, upto: int | None = None):
-    """Every event with `after` < seq <= `upto` (default: to the end) in seq order, fetched in keyset
-    batches so that memory stays constant however long the log is (chain verification)."""
+    """Every event of the old single chain with `after` < seq <= `upto` (default: to the end) in seq
+    order, fetched in keyset batches so that memory stays constant however long the log is."""
     upto = upto if upto is not None else 2**63 - 1
     while True:
         rows = await conn.fetch(
-            f"SELECT {AUDIT_COLUMNS} FROM audit_events WHERE seq > $1 AND seq <= $2 ORDER BY seq LIMIT $3",
+            f"SELECT {AUDIT_COLUMNS} FROM audit_events WHERE chain IS NULL AND seq > $1 AND seq <= $2 "
+            "ORDER BY seq LIMIT $3",
             after, upto, batch,
         )
         if not rows:
@@ -62,6 +118,40 @@ async def iter_all(conn: asyncpg.Connection, batch: int = 5000, *, after: int = 
         for row in rows:
             yield _record(row)
         after = rows[-1]["seq"]
+
+
+async def chain_batches(
+    conn: asyncpg.Connection | asyncpg.Pool, chain: str, *, after: int = 0, upto: int | None = None, batch: int = 5000
+):
+    """The entries of `chain` with `after` < chainSeq <= `upto`, in chainSeq order, one keyset batch
+    (a list of records) at a time."""
+    upto = upto if upto is not None else 2**63 - 1
+    while True:
+        rows = await conn.fetch(
+            f"SELECT {AUDIT_COLUMNS} FROM audit_events WHERE chain = $1 AND chain_seq > $2 AND chain_seq <= $3 "
+            "ORDER BY chain_seq LIMIT $4",
+            chain, after, upto, batch,
+        )
+        if not rows:
+            return
+        yield [_record(row) for row in rows]
+        after = rows[-1]["chain_seq"]
+
+
+async def chain_heads(conn: asyncpg.Connection | asyncpg.Pool) -> list[asyncpg.Record]:
+    """Every chain's head (chain, chain_seq, seq, hash) that has at least one entry, in byte order of chain."""
+    return await conn.fetch(
+        'SELECT chain, chain_seq, seq, hash FROM audit_chain_heads WHERE chain_seq > 0 ORDER BY chain COLLATE "C"'
+    )
+
+
+async def chain_head(conn: asyncpg.Connection | asyncpg.Pool, chain: str) -> tuple[int, str] | None:
+    row = await conn.fetchrow("SELECT chain_seq, hash FROM audit_chain_heads WHERE chain = $1", chain)
+    return (row["chain_seq"], row["hash"]) if row is not None else None
+
+
+async def entry_hash_at(conn: asyncpg.Connection | asyncpg.Pool, chain: str, chain_seq: int) -> str | None:
+    return await conn.fetchval("SELECT hash FROM audit_events WHERE chain = $1 AND chain_seq = $2", chain, chain_seq)
 
 
 class EventFilter(msgspec.Struct, kw_only=True):
@@ -110,7 +200,8 @@ async def tenant_events(
     limit: int = 100,
 ) -> list[AuditRecord]:
     """One keyset page (seq > `after`, oldest first) of the events a tenant's auditors see: those
-    whose record tenant or whose actor's tenant is `tenant`.
+    whose record tenant or whose actor's tenant is `tenant`, from the old single chain and the
+    tenant's own chain (an event of two tenants is listed once, as the entry of this tenant's chain).
 
     Two branches, one per tenant column, so each walks its own (column, [filter,] seq) index in seq
     order and stops after `limit` rows; the second skips rows the first already has.
@@ -121,7 +212,7 @@ async def tenant_events(
         params.append(value)
         return f"${len(params)}"
 
-    filters = [f"seq > {bind(after)}"]
+    filters = [f"seq > {bind(after)}", "(chain IS NULL OR chain = $1)"]
     if upto is not None:
         filters.append(f"seq <= {bind(upto)}")
     filters += _filter_conditions(where, bind)
@@ -151,7 +242,7 @@ async def tenant_hourly_outcomes(
         params.append(value)
         return f"${len(params)}"
 
-    condition = " AND ".join(_filter_conditions(where, bind)) or "TRUE"
+    condition = " AND ".join(["(chain IS NULL OR chain = $1)", *_filter_conditions(where, bind)])
     return await conn.fetch(
         f"""SELECT date_trunc('hour', at, 'UTC') AS hour, outcome, count(*) AS n FROM (
                 (SELECT at, outcome FROM audit_events WHERE tenant = $1 AND {condition})
@@ -170,6 +261,12 @@ async def hash_at(conn: asyncpg.Connection | asyncpg.Pool, seq: int) -> str | No
     return await conn.fetchval("SELECT hash FROM audit_events WHERE seq = $1", seq)
 
 
+async def last_seq(conn: asyncpg.Connection | asyncpg.Pool) -> int:
+    """The highest seq written so far (the sequence's position; entries up to it may still be committing)."""
+    return await conn.fetchval("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM audit_event_seq")
+
+
 async def head(conn: asyncpg.Connection | asyncpg.Pool) -> tuple[int, str]:
+    """The old single chain's head: frozen since migration 0009, the anchor of every tenant's chain."""
     row = await conn.fetchrow("SELECT seq, hash FROM audit_head WHERE id = 1")
     return row["seq"], row["hash"]

@@ -6,6 +6,10 @@ epoch, so the chain verifies identically whatever the server's or the verifier's
 `actorIssuer` and `requestId` (added later) are appended to the array only when either is set, so
 events written before they existed hash exactly as they did.
 
+Since migration 0009 every event is an entry of a tenant's chain (`chain`, `chainSeq`, `eventId`);
+an entry's encoding starts with a version tag and those three, then `seq` and every field as above
+(always all of them). Entries of the old single chain (chain None) keep their old encoding.
+
 Events never carry text PostgreSQL cannot store: such characters are escaped when the event is built
 (db.unstorable), so describing a hostile request can never fail the transaction it is written in.
 The types are camelCase on the wire, like every body the registry serves (registry.wire).
@@ -21,6 +25,10 @@ import msgspec
 from db.unstorable import escaped, unstorable
 
 GENESIS_HASH = "0" * 64
+_CHAIN_ENTRY_TAG = "capreg-chain-entry-1"
+# The chain of events that belong to no tenant (none is written today: refusals need a caller, and
+# every caller has a tenant); outside the tenant pattern, so no tenant can own it.
+REGISTRY_CHAIN = "-registry"
 
 
 class AuditEvent(msgspec.Struct, rename="camel", kw_only=True):
@@ -73,6 +81,16 @@ class AuditRecord(msgspec.Struct, rename="camel", kw_only=True):
     hash: str
     actor_issuer: str | None = None
     request_id: str | None = None
+    chain: str | None = None  # None: an event of the old single chain (before migration 0009)
+    chain_seq: int | None = None
+    event_id: str | None = None
+
+
+def event_chains(event: AuditEvent) -> list[str]:
+    """The chains an event is written to, in byte order: its record tenant's and its actor's tenant's
+    (one entry each when they differ)."""
+    chains = {t for t in (event.tenant, event.actor_tenant) if t is not None}
+    return sorted(chains, key=str.encode) if chains else [REGISTRY_CHAIN]
 
 
 def _epoch_micros(at: datetime) -> int:
@@ -101,6 +119,19 @@ def event_hash(prev_hash: str, seq: int, at: datetime, event: AuditEvent) -> str
     return hashlib.sha256(prev_hash.encode() + b"\n" + canonical).hexdigest()
 
 
+def entry_hash(
+    prev_hash: str, *, chain: str, chain_seq: int, event_id: str, seq: int, at: datetime, event: AuditEvent
+) -> str:
+    """The hash of a chain entry (since migration 0009): links `prev_hash`, and covers the entry's
+    place (chain, chainSeq, eventId, seq), its time and every field of the event."""
+    fields = [
+        _CHAIN_ENTRY_TAG, chain, chain_seq, event_id, seq, _epoch_micros(at), event.tenant, event.actor_tenant,
+        event.type, event.actor, event.on_behalf_of, event.ref, list(event.scopes), event.outcome, event.reason,
+        event.trace_id, event.actor_issuer, event.request_id,
+    ]
+    return hashlib.sha256(prev_hash.encode() + b"\n" + msgspec.json.encode(fields)).hexdigest()
+
+
 def record_hash(record: AuditRecord) -> str:
     """Recompute a stored record's hash from its fields (what `capreg audit verify` checks)."""
     event = AuditEvent(
@@ -109,4 +140,9 @@ def record_hash(record: AuditRecord) -> str:
         reason=record.reason, trace_id=record.trace_id, actor_issuer=record.actor_issuer,
         request_id=record.request_id,
     )
-    return event_hash(record.prev_hash, record.seq, record.at, event)
+    if record.chain is None:
+        return event_hash(record.prev_hash, record.seq, record.at, event)
+    return entry_hash(
+        record.prev_hash, chain=record.chain, chain_seq=record.chain_seq or 0, event_id=record.event_id or "",
+        seq=record.seq, at=record.at, event=event,
+    )

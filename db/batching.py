@@ -1,12 +1,14 @@
 """The queue behind every batched write (db.group_commit, db.leases): requests enqueue an item and
 await its future; one task cuts the queue into batches of at most `max_batch` and runs up to
 `concurrency` of them at once (one writes while another waits for its commit to be durable).
-Subclasses say how a batch is written (`_settle`), and must release the slot it was given."""
+Subclasses say how a batch is written (`_settle`), and must release the slot it was given, and may
+put items in lanes (`_lane`): a batch holds items of one lane only (the audit chains they lock)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Hashable
 from typing import Any, Generic, TypeVar
 
 Item = TypeVar("Item")
@@ -49,11 +51,30 @@ class BatchQueue(Generic[Item]):
             self._wake.clear()
             while self._queue:
                 await self._slots.acquire()
-                batch = self._queue[: self.max_batch]
-                del self._queue[: self.max_batch]
+                batch = self._cut()
                 task = asyncio.create_task(self._settle(batch))
                 self._batches.add(task)
                 task.add_done_callback(self._batches.discard)
+
+    def _lane(self, item: Item) -> Hashable:
+        """Items of different lanes never share a batch (default: one lane)."""
+        return None
+
+    def _cut(self) -> list[tuple[Item, asyncio.Future]]:
+        """The next batch: the oldest item and the next ones of its lane, up to `max_batch`."""
+        lane = self._lane(self._queue[0][0])
+        if lane is None and all(self._lane(item) is None for item, _ in self._queue[: self.max_batch]):
+            batch = self._queue[: self.max_batch]
+            del self._queue[: self.max_batch]
+            return batch
+        batch, rest = [], []
+        for entry in self._queue:
+            if len(batch) < self.max_batch and self._lane(entry[0]) == lane:
+                batch.append(entry)
+            else:
+                rest.append(entry)
+        self._queue = rest
+        return batch
 
     async def _settle(self, batch: list[tuple[Item, asyncio.Future]]) -> None:
         """Write `batch`, settle every future, and release the slot (`self._slots.release()`)."""

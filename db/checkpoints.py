@@ -6,25 +6,36 @@ from datetime import datetime
 
 import asyncpg
 
-CHECKPOINT_COLUMNS = "seq, hash, at, kid, signature"
+CHECKPOINT_COLUMNS = "seq, hash, at, kid, signature, root, chains"
+HEAD_COLUMNS = "head_chains, head_chain_seqs, head_hashes"
+# Checkpoint writers of every replica take turns (make_checkpoint): a later checkpoint never covers less.
+CHECKPOINT_LOCK = 0x6361_7072_6567_0009
 
 
 async def insert_checkpoint(
-    conn: asyncpg.Connection | asyncpg.Pool, *, seq: int, hash: str, at: datetime, kid: str, signature: str
+    conn: asyncpg.Connection | asyncpg.Pool, *, seq: int, hash: str, at: datetime, kid: str, signature: str,
+    root: str, heads: list[tuple[str, int, str]],
 ) -> None:
-    """Store a checkpoint; another replica may have stored one for the same head and key: keep that one."""
+    """Store a checkpoint and the chain heads (sorted by chain) its root covers; one per root and key."""
     await conn.execute(
-        f"INSERT INTO audit_checkpoints ({CHECKPOINT_COLUMNS}) VALUES ($1, $2, $3, $4, $5) "
-        "ON CONFLICT (seq, kid) DO NOTHING",
-        seq, hash, at, kid, signature,
+        f"INSERT INTO audit_checkpoints ({CHECKPOINT_COLUMNS}, {HEAD_COLUMNS}) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (root, kid) WHERE root IS NOT NULL DO NOTHING",
+        seq, hash, at, kid, signature, root, len(heads),
+        [h[0] for h in heads], [h[1] for h in heads], [h[2] for h in heads],
     )
 
 
-async def latest_checkpoint(conn: asyncpg.Connection | asyncpg.Pool) -> asyncpg.Record | None:
-    """The checkpoint covering the highest seq (the newest one when several cover it)."""
-    return await conn.fetchrow(
-        f"SELECT {CHECKPOINT_COLUMNS} FROM audit_checkpoints ORDER BY seq DESC, id DESC LIMIT 1"
-    )
+async def latest_checkpoint(conn: asyncpg.Connection | asyncpg.Pool, *, with_heads: bool = False) -> asyncpg.Record | None:
+    """The newest checkpoint (`with_heads`: with the chain heads it covers)."""
+    columns = f"{CHECKPOINT_COLUMNS}, {HEAD_COLUMNS}" if with_heads else CHECKPOINT_COLUMNS
+    return await conn.fetchrow(f"SELECT {columns} FROM audit_checkpoints ORDER BY id DESC LIMIT 1")
+
+
+def covered_heads(row: asyncpg.Record) -> list[tuple[str, int, str]]:
+    """The (chain, chainSeq, hash) heads a checkpoint row read `with_heads` covers, in tree order."""
+    if row["root"] is None:
+        return []
+    return list(zip(row["head_chains"], row["head_chain_seqs"], row["head_hashes"]))
 
 
 async def every_public_key(conn: asyncpg.Connection | asyncpg.Pool) -> list[dict]:
@@ -32,3 +43,10 @@ async def every_public_key(conn: asyncpg.Connection | asyncpg.Pool) -> list[dict
     verifiable after its key left the JWKS."""
     rows = await conn.fetch("SELECT public_jwk FROM signing_keys ORDER BY created_at")
     return [dict(row["public_jwk"]) for row in rows]
+
+
+async def checkpoint_with_root(conn: asyncpg.Connection | asyncpg.Pool, root: str) -> asyncpg.Record | None:
+    """A stored checkpoint that signed `root`, with the heads it covers."""
+    return await conn.fetchrow(
+        f"SELECT {CHECKPOINT_COLUMNS}, {HEAD_COLUMNS} FROM audit_checkpoints WHERE root = $1 ORDER BY id LIMIT 1", root
+    )

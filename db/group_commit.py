@@ -8,9 +8,12 @@ commits. Nobody's answer leaves before the commit that makes it durable, and a w
 rolls back to its savepoint alone.
 
 A few batches are in flight at once, so one runs its writes while another waits for its commit to
-become durable. Writes take only their own row or advisory locks while they run; the two global
-heads are locked last, once per batch, always in the same order, so batches cannot deadlock on
-them; the change feed's rows go in with one multi-row statement per batch.
+become durable. Writes take only their own row or advisory locks while they run; the heads are
+locked last, once per batch, always in the same order (the change feed's, then each audit chain's
+in byte order of chain), so batches cannot deadlock on them; the change feed's rows go in with one
+multi-row statement per batch. Each tenant has its own audit chain (db.audit), and a batch holds the
+writes of one set of chains only (its lane): the batches of different tenants, here or on other
+replicas, lock different head rows and never wait for each other.
 
 One request can never fail another. A write fails inside its own savepoint. Audit events cannot
 carry text PostgreSQL would refuse (db.audit_events escapes it when an event is built, so a refusal
@@ -32,7 +35,7 @@ import asyncpg
 
 from db.audit import append_events
 from db.batching import BatchQueue
-from db.audit_events import AuditEvent
+from db.audit_events import AuditEvent, event_chains
 from db.changes import record_changes
 
 log = logging.getLogger("capreg.db")
@@ -77,6 +80,18 @@ class RowInsert:
     events: list[AuditEvent]
 
 
+@dataclass(frozen=True, slots=True)
+class LaneWrite:
+    """A write whose audit events go to known chains (GroupCommit.run's `expected`)."""
+
+    write: Write
+    lane: tuple[str, ...]
+
+
+def _events_lane(events: list[AuditEvent]) -> tuple[str, ...]:
+    return tuple(sorted({chain for event in events for chain in event_chains(event)}))
+
+
 class GroupCommit(BatchQueue["Write | RowInsert | list[AuditEvent]"]):
     """Audited writes of concurrent requests in one transaction and one commit (the module docstring)."""
 
@@ -84,9 +99,11 @@ class GroupCommit(BatchQueue["Write | RowInsert | list[AuditEvent]"]):
         super().__init__(max_batch=max_batch, concurrency=concurrency)
         self.pool = pool
 
-    async def run(self, write: Callable[[WriteScope], Awaitable[T]]) -> T:
-        """Run `write` in the next batch; returns its result once the batch has committed."""
-        return await self._enqueue(write)
+    async def run(self, write: Callable[[WriteScope], Awaitable[T]], *, expected: list[AuditEvent] = ()) -> T:
+        """Run `write` in the next batch; returns its result once the batch has committed. `expected`:
+        the events it will record when known beforehand, so it shares a batch with the writes to the
+        same chains only (else it may join any batch)."""
+        return await self._enqueue(LaneWrite(write, _events_lane(list(expected))) if expected else write)
 
     async def insert(self, table: str, row: dict[str, Any], events: list[AuditEvent]) -> None:
         """Insert `row` into `table` and append `events` in the next batch; durable when this returns.
@@ -100,6 +117,15 @@ class GroupCommit(BatchQueue["Write | RowInsert | list[AuditEvent]"]):
     async def record(self, events: list[AuditEvent]) -> None:
         """Append audit events on their own (refusals, releases): durable when this returns."""
         await self._enqueue(list(events))  # events alone: nothing to roll back, no savepoint
+
+    def _lane(self, item) -> tuple[str, ...] | None:
+        if isinstance(item, list):
+            return _events_lane(item)
+        if isinstance(item, RowInsert):
+            return _events_lane(item.events)
+        if isinstance(item, LaneWrite):
+            return item.lane
+        return None
 
     async def _settle(self, batch: list[tuple[Write | list[AuditEvent], asyncio.Future]]) -> None:
         try:
@@ -155,6 +181,8 @@ class GroupCommit(BatchQueue["Write | RowInsert | list[AuditEvent]"]):
                     events += write.events
                     outcomes.append((future, True, None))
                     continue
+                if isinstance(write, LaneWrite):
+                    write = write.write
                 scope = WriteScope(conn)
                 try:
                     async with conn.transaction():  # a savepoint: a failed write undoes only itself
@@ -170,7 +198,7 @@ class GroupCommit(BatchQueue["Write | RowInsert | list[AuditEvent]"]):
             for (table, columns), rows in inserts.items():
                 placeholders = ", ".join(f"${n}" for n in range(1, len(columns) + 1))
                 await conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({placeholders})", rows)
-            # The heads, last and in a fixed order: change feed, then audit chain.
+            # The heads, last and in a fixed order: change feed, then the audit chains.
             await record_changes(conn, changes)
             await append_events(conn, events)
         return outcomes

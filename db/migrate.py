@@ -29,8 +29,9 @@ def _digest(sql: str) -> str:
     return hashlib.sha256(sql.encode()).hexdigest()
 
 
-async def apply_migrations(conn: asyncpg.Connection) -> list[str]:
-    """Apply pending migrations; returns the names applied. Refuses if an applied file changed."""
+async def apply_migrations(conn: asyncpg.Connection, *, upto: int | None = None) -> list[str]:
+    """Apply pending migrations (those numbered up to `upto`, default all); returns the names applied.
+    Refuses if an applied file changed."""
     await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK)
     try:
         # Checked first: the application's database role may lack CREATE (README, "Production database roles").
@@ -46,6 +47,8 @@ async def apply_migrations(conn: asyncpg.Connection) -> list[str]:
         }
         done = []
         for version, name, sql in migration_files():
+            if upto is not None and version > upto:
+                break
             if version in applied:
                 if applied[version]["sha256"] != _digest(sql):
                     raise MigrationError(f"migration {name} changed after it was applied")

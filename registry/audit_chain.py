@@ -1,10 +1,10 @@
-"""Checking the stored audit chain and signing its head: the I/O shell around registry.audit (hash
-links) and registry.checkpoints (signed heads), shared by `capreg audit verify|checkpoint` and the server,
-and the audit service's chain operations: the verification report (`verify_chain`, one at a time per
-process), the latest checkpoint (`latest_checkpoint`) and the server's checkpoint writer.
+"""Checking the stored audit chains and signing their heads: the I/O shell around registry.audit (hash
+links), registry.merkle (the tree over chain heads) and registry.checkpoints (signed roots), shared by
+`capreg audit verify|checkpoint` and the server: the operator's verification of every chain, the
+checkpoint writer and the latest checkpoint. (GET /v1/audit/chain is registry.chain_checks.)
 
 Reads stream in keyset batches, so memory stays constant however long the log is. Reads stop at the
-head row read first: every event up to a committed head is itself committed (both are written in one
+head rows read first: every entry up to a committed head is itself committed (both are written in one
 transaction), so concurrent appends never look like a broken chain.
 """
 
@@ -23,7 +23,8 @@ import msgspec
 from db import audit as audit_queries
 from db import checkpoints as checkpoint_queries
 from db.audit_events import GENESIS_HASH
-from registry.audit import ChainBreak, ChainVerifier
+from registry import merkle
+from registry.audit import ChainBreak, ChainVerifier, EntryVerifier
 from registry.checkpoints import (
     CHECKPOINT_TYP,
     Checkpoint,
@@ -34,7 +35,6 @@ from registry.checkpoints import (
     verify_checkpoint,
 )
 from registry.problems import ProblemError
-from registry.wire import Wire
 
 if TYPE_CHECKING:
     from registry.state import Registry
@@ -43,18 +43,19 @@ log = logging.getLogger("capreg.audit")
 
 
 class ChainBroken(Exception):
-    """The stored log does not verify; `breach.seq` is the first bad seq."""
+    """The stored log does not verify; `breach` names the first bad entry."""
 
     def __init__(self, breach: ChainBreak):
-        super().__init__(f"audit chain broken at seq {breach.seq}: {breach.problem}")
+        super().__init__(breach.describe())
         self.breach = breach
 
 
 class VerifyReport(msgspec.Struct):
-    events: int
-    head_seq: int
+    events: int  # entries checked: the old single chain's events and every tenant chain's entries
+    head_seq: int  # the old single chain's head
     checkpoints: list[int]  # seqs of the signed checkpoints the log was checked against
     breach: ChainBreak | None
+    chains: int = 0  # tenant chains checked
 
 
 PROGRESS_EVERY = 1000
@@ -68,31 +69,43 @@ async def verify_stored_chain(
     batch: int = 5000,
     progress: Callable[[int, int], None] | None = None,
 ) -> VerifyReport:
-    """Recompute every link from genesis, then hold the end of the log against the head row, the
-    latest stored signed checkpoint and any `external` ones (kept outside the database by a monitor).
+    """Every chain checked from its start (operator `capreg audit verify`): the old single chain from
+    genesis to its head row, then every tenant's chain from chainSeq 1 (anchored at that head) to its
+    head row, then the latest stored checkpoint and any `external` ones (kept by a monitor).
 
-    Edits, deletions and reorderings inside the log break a link; deletions at the tail are caught by
-    a head or checkpoint that covers a higher seq; a rewritten-and-rehashed log by a checkpoint hash.
+    Edits, deletions and reorderings inside a chain break a link; deletions at a chain's tail are
+    caught by its head row or a checkpoint covering more; a rewritten-and-rehashed chain by the
+    signed root (or, for checkpoints from before chains per tenant, the signed hash).
     """
-    # The checkpoint before the head: a checkpoint written in between would cover a seq past our head.
-    stored = await checkpoint_queries.latest_checkpoint(conn)
+    # Checkpoints and heads before the entries: anything written meanwhile is past what we hold them to.
+    stored = await checkpoint_queries.latest_checkpoint(conn, with_heads=True)
     checkpoints = [checkpoint_from_row(stored)] if stored is not None else []
     checkpoints += list(external)
+    covered = checkpoint_queries.covered_heads(stored) if stored is not None else []
+    heads = {row["chain"]: (row["chain_seq"], row["hash"]) for row in await audit_queries.chain_heads(conn)}
     head_seq, head_hash = await audit_queries.head(conn)
+    total = head_seq + sum(chain_seq for chain_seq, _ in heads.values())
+    checked = 0
 
-    wanted = {c.seq for c in checkpoints}
+    def tick(done: int) -> None:
+        if progress is not None and done % PROGRESS_EVERY == 0:
+            progress(done, total)  # (entries checked, entries in all): for a progress bar
+
+    # The old single chain, against its (frozen) head and the checkpoints signed before chains per tenant.
+    legacy = [c for c in checkpoints if c.root is None]
+    wanted = {c.seq for c in legacy}
     seen = {0: GENESIS_HASH}
     verifier = ChainVerifier()
     async for record in audit_queries.iter_all(conn, batch, upto=max([head_seq, *wanted])):
-        if progress is not None and record.seq % PROGRESS_EVERY == 0:
-            progress(record.seq, head_seq)  # (events checked up to seq, head seq): for a progress bar
+        checked += 1
+        tick(checked)
         if verifier.feed(record) is not None:
-            return VerifyReport(verifier.count, head_seq, [c.seq for c in checkpoints], verifier.broken)
+            return VerifyReport(checked - 1, head_seq, [c.seq for c in checkpoints], verifier.broken)
         if record.seq in wanted:
             seen[record.seq] = record.hash
 
     def report(breach: ChainBreak | None) -> VerifyReport:
-        return VerifyReport(verifier.count, head_seq, [c.seq for c in checkpoints], breach)
+        return VerifyReport(checked, head_seq, [c.seq for c in checkpoints], breach, chains=len(heads))
 
     end = verifier.last_seq
     if end < head_seq:
@@ -104,6 +117,7 @@ async def verify_stored_chain(
             verify_checkpoint(checkpoint, keys)
         except CheckpointInvalid as exc:
             return report(ChainBreak(checkpoint.seq, f"the checkpoint for seq {checkpoint.seq} is not validly signed: {exc}"))
+    for checkpoint in legacy:
         if checkpoint.seq > end:
             return report(ChainBreak(
                 end + 1,
@@ -116,89 +130,121 @@ async def verify_stored_chain(
                 f"the hash at seq {checkpoint.seq} differs from the checkpoint signed at {checkpoint.at} "
                 "(the log was rewritten at or before this seq)",
             ))
+
+    # Every tenant's chain, from chainSeq 1, each against its head row and the heads of the signed
+    # checkpoints: the latest stored one, and the stored one behind each external root.
+    signed = [covered] if stored is not None and stored["root"] is not None else []
+    rooted = [(stored["root"], stored["chains"], stored["seq"])] if signed else []
+    for checkpoint in checkpoints:
+        if checkpoint.root is None or (rooted and checkpoint.root == rooted[0][0]):
+            continue
+        row = await checkpoint_queries.checkpoint_with_root(conn, checkpoint.root)
+        if row is None:
+            return report(ChainBreak(checkpoint.seq, f"the checkpoint signed at {checkpoint.at} is no longer stored "
+                                     "(its heads cannot be checked: the checkpoints were rewritten)"))
+        signed.append(checkpoint_queries.covered_heads(row))
+        rooted.append((checkpoint.root, checkpoint.chains, checkpoint.seq))
+    for heads_signed, (root, size, seq) in zip(signed, rooted):
+        if merkle.heads_root(heads_signed).hex() != root or len(heads_signed) != size:
+            return report(ChainBreak(seq, "the heads stored with a checkpoint do not give its signed root"))
+    wanted_heads: dict[str, set[tuple[int, str]]] = {}
+    for heads_signed in signed:
+        for chain, chain_seq, digest in heads_signed:
+            wanted_heads.setdefault(chain, set()).add((chain_seq, digest))
+    signed_heads = wanted_heads
+    for chain in signed_heads.keys() - heads.keys():
+        return report(ChainBreak(None, "the chain's head row is missing (entries deleted)", chain=chain, chain_seq=1))
+    for chain in sorted(heads, key=str.encode):
+        upto, head_digest = heads[chain]
+        entries = EntryVerifier(chain, start_hash=head_hash)
+        async for records in audit_queries.chain_batches(conn, chain, upto=upto, batch=batch):
+            breach = entries.feed_all(records)
+            checked += len(records)
+            tick(checked)
+            if breach is not None:
+                return report(breach)
+        last = entries.last_chain_seq
+        if last < upto:
+            return report(ChainBreak(None, f"the chain ends at chainSeq {last} but its head row says {upto} "
+                                     "(entries deleted at the tail)", chain=chain, chain_seq=last + 1))
+        if entries.last_hash != head_digest:
+            return report(ChainBreak(entries.last_seq, "the head row does not match the chain's last entry",
+                                     chain=chain, chain_seq=upto))
+        for signed_seq, signed_digest in sorted(signed_heads.get(chain, ())):
+            if signed_seq > upto:
+                return report(ChainBreak(None, f"the chain ends at chainSeq {upto} but a signed checkpoint covers "
+                                         f"chainSeq {signed_seq} (entries deleted at the tail)", chain=chain, chain_seq=upto + 1))
+            digest = await audit_queries.entry_hash_at(conn, chain, signed_seq)
+            if digest != signed_digest:
+                return report(ChainBreak(None, f"the hash at chainSeq {signed_seq} differs from a signed checkpoint "
+                                         "(the chain was rewritten at or before it)", chain=chain, chain_seq=signed_seq))
     return report(None)
 
 
 async def make_checkpoint(conn: asyncpg.Connection, keyring, issuer: str) -> Checkpoint:
-    """Sign the current chain head, after checking the links written since the previous checkpoint.
+    """Sign the Merkle root over every chain head, after checking each chain's entries written since
+    the previous checkpoint (only those: the cost follows what is new, not the log's length).
 
-    Nothing new is written when the latest checkpoint already covers the head with the current key.
-    Raises ChainBroken (and signs nothing) when the log does not extend the previous checkpoint.
+    Writers take turns (an advisory lock), so a later checkpoint never covers less than an earlier one.
+    Nothing new is written when the latest checkpoint already has this root and the current key.
+    Raises ChainBroken (and signs nothing) when a chain does not extend the previous checkpoint.
     """
-    latest = await checkpoint_queries.latest_checkpoint(conn)
-    head_seq, head_hash = await audit_queries.head(conn)
-    if latest is not None and latest["seq"] == head_seq and latest["kid"] == keyring.signing_kid:
-        return checkpoint_from_row(latest)
-    start_seq, start_hash = (latest["seq"], latest["hash"]) if latest is not None else (0, GENESIS_HASH)
-    if start_seq > head_seq or await audit_queries.hash_at(conn, start_seq) != start_hash:
-        raise ChainBroken(ChainBreak(start_seq, "the log no longer contains the last signed checkpoint's head"))
-    verifier = ChainVerifier(start_seq=start_seq + 1, start_hash=start_hash)
-    async for record in audit_queries.iter_all(conn, after=start_seq, upto=head_seq):
-        if verifier.feed(record) is not None:
-            raise ChainBroken(verifier.broken)
-    if (verifier.last_seq, verifier.last_hash) != (head_seq, head_hash):
-        raise ChainBroken(ChainBreak(verifier.last_seq + 1, "the head row does not match the log's last event"))
-    at = datetime.now(timezone.utc)
-    claims = checkpoint_claims(issuer=issuer, seq=head_seq, hash=head_hash, at=at)
-    signature = keyring.sign(claims, typ=CHECKPOINT_TYP)
-    await checkpoint_queries.insert_checkpoint(
-        conn, seq=head_seq, hash=head_hash, at=at, kid=keyring.signing_kid, signature=signature
-    )
-    # Another replica may have signed the same head with the same key first: serve the stored one.
-    stored = await checkpoint_queries.latest_checkpoint(conn)
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", checkpoint_queries.CHECKPOINT_LOCK)
+        latest = await checkpoint_queries.latest_checkpoint(conn, with_heads=True)
+        heads = [(row["chain"], row["chain_seq"], row["hash"], row["seq"]) for row in await audit_queries.chain_heads(conn)]
+        tree = [(chain, chain_seq, digest) for chain, chain_seq, digest, _ in heads]
+        root = merkle.heads_root(tree).hex()
+        if latest is not None and latest["root"] == root and latest["kid"] == keyring.signing_kid:
+            return checkpoint_from_row(latest)
+        anchor_seq, anchor = await audit_queries.head(conn)
+        before = {chain: (chain_seq, digest) for chain, chain_seq, digest in
+                  (checkpoint_queries.covered_heads(latest) if latest is not None else [])}
+        for chain, (chain_seq, digest) in before.items():
+            if chain not in {h[0] for h in heads}:
+                raise ChainBroken(ChainBreak(None, "the chain's head row is missing", chain=chain, chain_seq=1))
+        for chain, chain_seq, digest, _ in heads:
+            start_seq, start_hash = before.get(chain, (0, anchor))
+            if start_seq > chain_seq or (
+                start_seq > 0 and await audit_queries.entry_hash_at(conn, chain, start_seq) != start_hash
+            ):
+                raise ChainBroken(ChainBreak(None, "the chain no longer contains the last signed checkpoint's head",
+                                             chain=chain, chain_seq=start_seq))
+            if start_seq == chain_seq:
+                continue
+            entries = EntryVerifier(chain, start_chain_seq=start_seq + 1, start_hash=start_hash)
+            async for records in audit_queries.chain_batches(conn, chain, after=start_seq, upto=chain_seq):
+                if entries.feed_all(records) is not None:
+                    raise ChainBroken(entries.broken)
+            if (entries.last_chain_seq, entries.last_hash) != (chain_seq, digest):
+                raise ChainBroken(ChainBreak(None, "the head row does not match the chain's last entry",
+                                             chain=chain, chain_seq=entries.last_chain_seq + 1))
+        # seq and hash: the newest entry covered (the old chain's head while no tenant chain has one).
+        newest_seq, newest_hash = max(((h[3], h[2]) for h in heads), default=(anchor_seq, anchor))
+        at = datetime.now(timezone.utc)
+        claims = checkpoint_claims(issuer=issuer, seq=newest_seq, hash=newest_hash, at=at, root=root, chains=len(tree))
+        signature = keyring.sign(claims, typ=CHECKPOINT_TYP)
+        await checkpoint_queries.insert_checkpoint(
+            conn, seq=newest_seq, hash=newest_hash, at=at, kid=keyring.signing_kid, signature=signature,
+            root=root, heads=tree,
+        )
+        stored = await checkpoint_queries.latest_checkpoint(conn)
     return checkpoint_from_row(stored)
 
 
-class ChainVerification(Wire):
-    """The stored chain checked from genesis (registry/audit_chain.py, as `capreg audit verify`)."""
-
-    verified: bool
-    events: int
-    head_seq: int
-    checkpoint: Checkpoint | None  # the latest stored signed checkpoint
-    checkpoint_signature_valid: bool | None  # None when there is no checkpoint yet
-    first_bad_seq: int | None
-    problem: str | None
-
-
-async def verify_chain(registry: Registry) -> ChainVerification:
-    """The whole stored chain verified as `capreg audit verify` does, with the latest checkpoint."""
-    # Single flight: the check reads the whole log, so a burst of callers costs one read, not many.
-    running = registry.chain_verification
-    if running is None or running.done():
-        running = asyncio.ensure_future(_verify_chain(registry))
-        registry.chain_verification = running
-    return await asyncio.shield(running)
-
-
-async def _verify_chain(registry: Registry) -> ChainVerification:
-    async with registry.pool.acquire() as conn:
-        keys = jwks_keys(await checkpoint_queries.every_public_key(conn))
-        report = await verify_stored_chain(conn, keys)
-        row = await checkpoint_queries.latest_checkpoint(conn)
-    checkpoint = checkpoint_from_row(row) if row is not None else None
-    signature_valid = None
-    if checkpoint is not None:
-        try:
-            verify_checkpoint(checkpoint, keys)
-            signature_valid = True
-        except CheckpointInvalid:
-            signature_valid = False
-    breach = report.breach
-    return ChainVerification(
-        verified=breach is None, events=report.events, head_seq=report.head_seq, checkpoint=checkpoint,
-        checkpoint_signature_valid=signature_valid,
-        first_bad_seq=breach.seq if breach is not None else None, problem=breach.problem if breach is not None else None,
-    )
-
-
 async def latest_checkpoint(registry: Registry) -> Checkpoint:
-    """The latest stored checkpoint; when there is none yet, or its key has left the JWKS, the head
-    signed now (503 retryable_unavailable when the log does not verify)."""
+    """The latest stored checkpoint; when there is none yet (or only one from before chains per
+    tenant), or its key has left the JWKS, the heads signed now (503 retryable_unavailable when the
+    log does not verify)."""
     await registry.refresh_keyring()
     row = await checkpoint_queries.latest_checkpoint(registry.pool)
-    if row is not None and row["kid"] in registry.keyring.public:
+    if row is not None and row["root"] is not None and row["kid"] in registry.keyring.public:
         return checkpoint_from_row(row)
+    return await sign_checkpoint_now(registry)
+
+
+async def sign_checkpoint_now(registry: Registry) -> Checkpoint:
+    """The heads as they are now, signed (or the latest checkpoint, when it already covers them)."""
     try:
         async with registry.pool.acquire() as conn:
             return await make_checkpoint(conn, registry.keyring, registry.settings.issuer)

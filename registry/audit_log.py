@@ -70,7 +70,7 @@ async def event_export(registry: Registry, tenant: str, query: EventQuery) -> As
     """Every matching event up to the head as it is now, as NDJSON: the filters are checked (400)
     before the stream starts."""
     where = _event_filter(query, parse_date_time("since", query.since), parse_date_time("until", query.until))
-    upto, _ = await audit_queries.head(registry.pool)
+    upto = await audit_queries.last_seq(registry.pool)
     return _ndjson(registry, tenant, where, upto)
 
 

@@ -1,12 +1,14 @@
 """Signed checkpoints of the audit chain head: what capreg signs and how anyone verifies a checkpoint
 with nothing but the registry's JWKS. Pure: no I/O.
 
-A checkpoint says "at time `at`, the audit chain's head was event `seq` with hash `hash`". Its
-`signature` is a compact JWS (RFC 7515): header `{"alg": "EdDSA", "typ": "capreg-checkpoint+jwt",
-"kid": ...}`, payload `{"iss", "iat", "seq", "hash", "at"}` with exactly the `seq`, `hash` and `at`
+A checkpoint says "at time `at`, the audit chains' heads were those whose Merkle tree hash is `root`
+(`chains` of them, registry.merkle), the newest entry among them being `seq` with hash `hash`".
+Its `signature` is a compact JWS (RFC 7515): header `{"alg": "EdDSA", "typ": "capreg-checkpoint+jwt",
+"kid": ...}`, payload `{"iss", "iat", "seq", "hash", "at", "root", "chains"}` with exactly the values
 shown beside it (`at` as the string `YYYY-MM-DDTHH:MM:SS.ffffffZ`, UTC). Verifying means: the header
 names the checkpoint type and EdDSA, its `kid` is in the JWKS, the signature verifies with that key,
-and the signed `seq`, `hash` and `at` equal the outer ones.
+and the signed values equal the outer ones. Checkpoints signed before chains per tenant existed
+(migration 0009) have no `root` and `chains`, in the payload or beside it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ class Checkpoint(Wire):
     at: str
     signature: str
     kid: str
+    root: str | None = None  # RFC 6962 tree hash over the chain heads (None: signed before migration 0009)
+    chains: int | None = None  # the tree's size
 
 
 class CheckpointInvalid(Exception):
@@ -42,13 +46,21 @@ def format_at(at: datetime) -> str:
     return at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def checkpoint_claims(*, issuer: str, seq: int, hash: str, at: datetime) -> dict[str, Any]:
-    return {"iss": issuer, "iat": int(at.timestamp()), "seq": seq, "hash": hash, "at": format_at(at)}
+def checkpoint_claims(
+    *, issuer: str, seq: int, hash: str, at: datetime, root: str | None = None, chains: int | None = None
+) -> dict[str, Any]:
+    claims = {"iss": issuer, "iat": int(at.timestamp()), "seq": seq, "hash": hash, "at": format_at(at)}
+    if root is not None:
+        claims.update(root=root, chains=chains)
+    return claims
 
 
 def checkpoint_from_row(row: Mapping[str, Any]) -> Checkpoint:
     """A stored checkpoint (db/checkpoints.py row: seq, hash, at, kid, signature) as served."""
-    return Checkpoint(seq=row["seq"], hash=row["hash"], at=format_at(row["at"]), signature=row["signature"], kid=row["kid"])
+    return Checkpoint(
+        seq=row["seq"], hash=row["hash"], at=format_at(row["at"]), signature=row["signature"], kid=row["kid"],
+        root=row.get("root"), chains=row.get("chains"),
+    )
 
 
 def jwks_keys(jwks: Mapping[str, Any] | list[Mapping[str, Any]]) -> dict[str, Any]:
@@ -81,8 +93,8 @@ def verify_checkpoint(checkpoint: Checkpoint, keys: Mapping[str, Any], *, issuer
         )
     except jwt.PyJWTError as exc:
         raise CheckpointInvalid(f"signature does not verify: {exc}") from None
-    signed = (claims["seq"], claims["hash"], claims["at"])
-    if signed != (checkpoint.seq, checkpoint.hash, checkpoint.at):
-        raise CheckpointInvalid("seq, hash or at differ from the signed ones")
+    signed = (claims["seq"], claims["hash"], claims["at"], claims.get("root"), claims.get("chains"))
+    if signed != (checkpoint.seq, checkpoint.hash, checkpoint.at, checkpoint.root, checkpoint.chains):
+        raise CheckpointInvalid("seq, hash, at, root or chains differ from the signed ones")
     if header.get("kid") != checkpoint.kid:
         raise CheckpointInvalid("kid differs from the signature's key id")

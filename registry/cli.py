@@ -148,6 +148,14 @@ def cmd_keys_rotate(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_audit_verify(args: argparse.Namespace, settings: Settings) -> int:
     """Exit 0: intact. 1: tampered (the first bad seq is named). 2: could not check (e.g. a bad file)."""
+    if args.url:
+        from registry.remote_verify import verify_remote
+
+        with _verify_progress() as progress:
+            return verify_remote(args.url, os.environ.get("CAPREG_TOKEN"), state_file=args.state, progress=progress)
+    if args.state is not None:
+        print("--state goes with --url (the remote check of one tenant's chain)", file=sys.stderr)
+        return 2
     from db.checkpoints import every_public_key
     from registry.audit_chain import verify_stored_chain
     from registry.checkpoints import Checkpoint, jwks_keys
@@ -170,11 +178,11 @@ def cmd_audit_verify(args: argparse.Namespace, settings: Settings) -> int:
             print(f"cannot check the audit log: {exc!r}", file=sys.stderr)
             return 2
     if report.breach is not None:
-        print(f"audit chain broken at seq {report.breach.seq}: {report.breach.problem}")
+        print(report.breach.describe())
         return 1
     from registry.verify_summary import intact_summary
 
-    print(intact_summary(report.events, report.head_seq, report.checkpoints))
+    print(intact_summary(report.events, report.head_seq, report.checkpoints, chains=report.chains))
     return 0
 
 
@@ -297,9 +305,15 @@ def build_parser() -> argparse.ArgumentParser:
     register.set_defaults(run=run_http(http_register))
 
     audit = commands.add_parser("audit", help="audit log").add_subparsers(dest="audit_command", required=True)
-    verify = audit.add_parser("verify", help="recompute the hash chain; non-zero exit names the first bad seq")
+    verify = audit.add_parser(
+        "verify", help="recompute every hash chain (or, with --url, your tenant's over HTTP); exit 1 names the first bad entry"
+    )
     verify.add_argument("--checkpoint", action="append", default=[], metavar="FILE",
                         help="also check against a signed checkpoint kept outside the database (repeatable)")
+    verify.add_argument("--url", metavar="URL",
+                        help="verify the chain of CAPREG_TOKEN's tenant over HTTP alone (an audit:read token)")
+    verify.add_argument("--state", metavar="FILE", type=Path,
+                        help="with --url: check that the chain only grew since the run that wrote FILE, then update it")
     verify.set_defaults(run=cmd_audit_verify)
     audit.add_parser("checkpoint", help="sign the chain head now; prints the checkpoint").set_defaults(
         run=cmd_audit_checkpoint

@@ -28,6 +28,7 @@ class Settings(msgspec.Struct, kw_only=True):
     pool_min: int = 2
     pool_max: int = 10
     checkpoint_interval: int = 300  # seconds between signed audit checkpoints; 0 disables
+    chain_check_interval: float = 10.0  # GET /v1/audit/chain: at most one fresh check per caller this often
     # Proxies (addresses or CIDR networks) whose X-Forwarded-For names the client; none by default.
     trusted_proxies: list[str] = []
     retention_days: int = 30  # expired idempotency keys and old approvals are pruned after this
@@ -77,6 +78,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         pool_min=_number(env, "CAPREG_POOL_MIN", 2),
         pool_max=_number(env, "CAPREG_POOL_MAX", 10),
         checkpoint_interval=_number(env, "CAPREG_CHECKPOINT_INTERVAL", 300),
+        chain_check_interval=_number(env, "CAPREG_CHAIN_CHECK_INTERVAL", 10.0, float),
         trusted_proxies=proxies,
         retention_days=_number(env, "CAPREG_RETENTION_DAYS", 30),
         publisher_domains=publisher_domains,

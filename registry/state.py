@@ -21,6 +21,7 @@ from auth.tokens import TokenVerifier
 from db.group_commit import GroupCommit
 from db.leases import LeaseRenewals
 from registry.ard_names import Publishers
+from registry.chain_checks import ChainChecks
 from registry.change_watcher import ChangeWatcher
 from registry.card_signing import CardSignatures
 from registry.config import Settings
@@ -66,9 +67,9 @@ class Registry:
         self.release_cache = ResponseCache()
         # The registry's signatures of the cards it served, once per card version (registry.card_signing).
         self.card_signatures = CardSignatures()
-        # The running verification of the whole audit chain, shared by concurrent callers
-        # (registry.audit_chain.verify_chain).
-        self.chain_verification: asyncio.Future | None = None
+        # GET /v1/audit/chain: running checks per chain, last answers, callers' last fresh check
+        # (registry.chain_checks).
+        self.chain_checks = ChainChecks()
 
     @property
     def verified(self):

@@ -351,7 +351,7 @@ async def mint(
             )
 
     try:
-        await registry.writes.run(write)
+        await registry.writes.run(write, expected=[event])
     except ProblemError as error:
         raise await refuse(registry, caller, error, event_type=DENIED, tenant=target.tenant, ref=target.ref,
                            scopes=sorted(set(grant.scopes)), on_behalf_of=grant.on_behalf_of, trace_id=trace_id) from None

@@ -8,9 +8,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 
-def intact_summary(events: int, head_seq: int, checkpoint_seqs: Iterable[int]) -> str:
+def intact_summary(events: int, head_seq: int, checkpoint_seqs: Iterable[int], chains: int = 0) -> str:
     """`events` hashed and linked up to the head row at `head_seq`; `checkpoint_seqs` the seqs of the
-    signed checkpoints whose signature and hash matched (the stored latest, and any given as files)."""
+    signed checkpoints whose signature and hash matched (the stored latest, and any given as files);
+    `chains` the tenant chains checked after the single chain of before migration 0009."""
+    if chains:
+        return _intact_summary(events, head_seq, checkpoint_seqs) + (
+            f"; {chains} tenant chain{'s' if chains != 1 else ''} checked the same way, each from the single chain's head")
+    return _intact_summary(events, head_seq, checkpoint_seqs)
+
+
+def _intact_summary(events: int, head_seq: int, checkpoint_seqs: Iterable[int]) -> str:
     if events == 0:
         return ("audit chain intact: the log is empty (no events yet), so there is nothing to check; "
                 "the server signs a checkpoint as soon as there are events")

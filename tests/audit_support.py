@@ -13,6 +13,11 @@ from pathlib import Path
 import asyncpg
 
 ROOT = Path(__file__).parent.parent
+# An event of two tenants is an entry in each chain (docs/audit.md#chains): a condition on audit_events
+# keeping one row per event (the first entry), for tests that count events rather than entries.
+ONE_ROW_PER_EVENT = (
+    "(event_id IS NULL OR seq = (SELECT min(o.seq) FROM audit_events o WHERE o.event_id = audit_events.event_id))"
+)
 
 
 def database_url_on(server_url: str, database: str) -> str:
@@ -56,3 +61,29 @@ def capreg_cli(database_url: str, *args: str, home: Path | None = None) -> subpr
     return subprocess.run(
         [sys.executable, "-m", "registry.cli", *args], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT
     )
+
+
+async def append_legacy_events(conn, events) -> None:
+    """Append events as capreg did before migration 0009 (one chain, one head row): the old code path,
+    for logs that existed before chains per tenant. Only possible before 0009 freezes audit_head."""
+    from datetime import datetime, timezone
+
+    from db.audit_events import event_hash
+
+    async with conn.transaction():
+        head = await conn.fetchrow("SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE")
+        seq, prev = head["seq"], head["hash"]
+        at = datetime.now(timezone.utc)
+        for event in events:
+            seq += 1
+            digest = event_hash(prev, seq, at, event)
+            await conn.execute(
+                "INSERT INTO audit_events (seq, at, tenant, actor_tenant, type, actor, on_behalf_of, ref, scopes, outcome, "
+                "reason, trace_id, prev_hash, hash, actor_issuer, request_id) "
+                "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)",
+                seq, at, event.tenant, event.actor_tenant, event.type, event.actor, event.on_behalf_of, event.ref,
+                list(event.scopes), event.outcome, event.reason, event.trace_id, prev, digest, event.actor_issuer,
+                event.request_id,
+            )
+            prev = digest
+        await conn.execute("UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1", seq, prev)

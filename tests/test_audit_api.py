@@ -24,7 +24,7 @@ from tests.ticket_support import register_finance, ticket_body
 BILLING = example("billing-agent.json")
 DOCS = Path(__file__).parent.parent / "docs" / "audit.md"
 FIELDS = {"seq", "at", "tenant", "actorTenant", "type", "actor", "onBehalfOf", "ref", "scopes", "outcome",
-          "reason", "traceId", "hash", "prevHash", "actorIssuer", "requestId"}
+          "reason", "traceId", "hash", "prevHash", "actorIssuer", "requestId", "chain", "chainSeq", "eventId"}
 
 
 async def register(client, mint, tenant: str, agent_id: str = "billing-agent", body: dict | None = None) -> None:
@@ -57,6 +57,9 @@ async def test_auditor_sees_own_tenant_events_with_every_field(client, mint, ten
         # The hash covers exactly the fields shown: recomputing it from them gives it back.
         assert record_hash(msgspec.convert(item, AuditRecord)) == item["hash"]
     assert [i["seq"] for i in items] == sorted(i["seq"] for i in items)
+    # The tenant's own chain (docs/audit.md#chains): gap-free from 1, each entry linked to the one before.
+    assert [i["chain"] for i in items] == [tenant] * 3 and [i["chainSeq"] for i in items] == [1, 2, 3]
+    assert [i["prevHash"] for i in items[1:]] == [i["hash"] for i in items[:-1]]
     published = [i for i in items if i["type"] == "version.published"]
     assert {i["ref"] for i in published} == {
         f"{tenant}/billing-agent/invoice.lookup@2.0.0", f"{tenant}/billing-agent/invoice.mark-paid@1.1.0"
@@ -81,7 +84,9 @@ async def test_audit_needs_audit_read_and_shows_only_own_tenant(client, mint, te
 async def test_events_of_the_tenants_callers_on_other_tenants_records_are_visible_to_both(
     client, mint, tenant, other_tenant, db
 ):
-    """`tenant` is the record's tenant, `actorTenant` the caller's: auditors of either see the event."""
+    """`tenant` is the record's tenant, `actorTenant` the caller's: auditors of either see the event,
+    each as the entry of their own chain (same eventId, at and content; docs/audit.md#chains)."""
+    await register(client, mint, other_tenant)
     async with db.acquire() as conn, conn.transaction():
         await append_events(conn, [AuditEvent(
             type="detail.denied", outcome="denied", tenant=other_tenant, actor_tenant=tenant, actor="router",
@@ -89,9 +94,27 @@ async def test_events_of_the_tenants_callers_on_other_tenants_records_are_visibl
         )])
     ours = await events(client, mint(tenant, "sec", "audit:read"), type="detail.denied")
     theirs = await events(client, mint(other_tenant, "sec", "audit:read"), type="detail.denied")
-    assert ours == theirs and len(ours) == 1
+    assert len(ours) == len(theirs) == 1
+    place = {"seq", "chain", "chainSeq", "prevHash", "hash"}
+    assert {k: v for k, v in ours[0].items() if k not in place} == {k: v for k, v in theirs[0].items() if k not in place}
+    assert ours[0]["chain"] == tenant and ours[0]["chainSeq"] == 1
+    assert theirs[0]["chain"] == other_tenant and theirs[0]["chainSeq"] == 4  # after its registration's three
     assert ours[0]["reason"] == "insufficient_scope" and ours[0]["outcome"] == "denied"
     assert await events(client, mint("x" + tenant, "sec", "audit:read"), type="detail.denied") == []
+
+
+async def test_a_tenant_named_by_a_caller_but_unknown_gets_no_chain(client, mint, tenant, db):
+    """A caller naming any tenant in a path cannot make chains (each would be a leaf of every
+    checkpoint): the refusal stays in the caller's own chain."""
+    ghost = "ghost" + tenant
+    async with db.acquire() as conn, conn.transaction():
+        await append_events(conn, [AuditEvent(
+            type="request.refused", outcome="denied", tenant=ghost, actor_tenant=tenant, actor="probe",
+            ref=f"GET /v1/agents/{ghost}/x", reason="insufficient_scope",
+        )])
+    assert await db.fetchval("SELECT count(*) FROM audit_chain_heads WHERE chain = $1", ghost) == 0
+    mine = await events(client, mint(tenant, "sec", "audit:read"))
+    assert [e["chain"] for e in mine] == [tenant] * len(mine) and len(mine) >= 1
 
 
 async def test_filters_by_type_actor_skill_scope_and_time(client, mint, tenant):
@@ -197,7 +220,8 @@ async def test_latest_checkpoint_is_public_and_verifies_with_the_jwks(client, db
     response = await client.get("/v1/audit/checkpoints/latest")
     assert response.status_code == 200, response.text
     checkpoint = response.json()
-    assert set(checkpoint) == {"seq", "hash", "at", "signature", "kid"}
+    assert set(checkpoint) == {"seq", "hash", "at", "signature", "kid", "root", "chains"}
+    assert len(checkpoint["root"]) == 64 and checkpoint["chains"] >= 0
     verify_with_jwks_only(checkpoint, await _jwks(client))
     assert await hash_at(db, checkpoint["seq"]) == checkpoint["hash"]
     bad_token = await client.get("/v1/audit/checkpoints/latest", headers={"Authorization": "Bearer not.a.token"})
@@ -233,6 +257,9 @@ async def test_a_checkpoint_with_changed_fields_or_another_token_type_does_not_v
         msgspec.structs.replace(checkpoint, seq=checkpoint.seq + 1),
         msgspec.structs.replace(checkpoint, hash="0" * 64),
         msgspec.structs.replace(checkpoint, at="2000-01-01T00:00:00.000000Z"),
+        msgspec.structs.replace(checkpoint, root="0" * 64),
+        msgspec.structs.replace(checkpoint, chains=(checkpoint.chains or 0) + 1),
+        msgspec.structs.replace(checkpoint, root=None, chains=None),
         # A caller token signed by the same key is not a checkpoint.
         msgspec.structs.replace(checkpoint, signature=mint(tenant, "x", "audit:read")["Authorization"].split()[1]),
     ):

@@ -1,6 +1,9 @@
 """Tamper evidence, shown by tampering: as a superuser with the append-only triggers disabled, in a
-throw-away database, then running the real `capreg audit verify` (exit code and the first bad seq).
-Also the production role set-up from README.md ("Production database roles"), run as written."""
+throw-away database, then running the real `capreg audit verify` (exit code and the first bad seq or
+chainSeq). The log holds events of both eras: four written by the old code path before migration
+0009 (the old single chain, seq 1-4), then four entries of tenant acme's chain (chainSeq 1-4, seq
+5-8), anchored at the old head. Also the production role set-up from README.md ("Production database
+roles"), run as written."""
 
 from __future__ import annotations
 
@@ -15,15 +18,15 @@ import pytest
 
 from db.audit import append_events
 from db.pool import connect
-from db.audit_events import AuditEvent, event_hash
+from db.audit_events import AuditEvent, entry_hash
 from registry.audit_chain import verify_stored_chain
-from tests.audit_support import capreg_cli, fresh_database
+from tests.audit_support import append_legacy_events, capreg_cli, fresh_database
 
 README = Path(__file__).parent.parent / "README.md"
 
 # Eight events in three transactions, with the awkward values: nulls, several scopes, non-ASCII text.
-# The first two transactions are shaped as events written before actorIssuer and requestId existed
-# (both null: hashed as they always were); the third carries them.
+# The first two transactions are written by the old code path, before migration 0009 and without
+# actorIssuer and requestId (hashed as they always were); the third, after it, carries them.
 EVENTS = [
     [AuditEvent(type="agent.registered", outcome="allowed", tenant="acme", actor_tenant="acme", actor="ci", ref="acme/billing")],
     [
@@ -47,17 +50,25 @@ EVENTS = [
 ]
 HASHED_COLUMNS = ["at", "tenant", "actor_tenant", "type", "actor", "on_behalf_of", "ref", "scopes", "outcome",
                   "reason", "trace_id", "actor_issuer", "request_id", "prev_hash", "hash"]
+CHAIN_COLUMNS = ["chain", "chain_seq", "event_id"]
 
 
 @pytest.fixture
 async def log_url(server_url):
-    """A fresh, migrated database holding EVENTS (seq 1..8)."""
-    async with fresh_database(server_url) as url:
+    """A fresh database holding EVENTS: seq 1-4 by the old code path, migrated, then acme's chain."""
+    from auth.keys import ensure_signing_key
+    from db.migrate import apply_migrations
+
+    async with fresh_database(server_url, migrated=False) as url:
         conn = await connect(url)
         try:
-            for batch in EVENTS:
-                async with conn.transaction():
-                    await append_events(conn, batch)
+            await apply_migrations(conn, upto=8)
+            await ensure_signing_key(conn)
+            for batch in EVENTS[:2]:
+                await append_legacy_events(conn, batch)
+            await apply_migrations(conn)
+            async with conn.transaction():
+                await append_events(conn, EVENTS[2])
         finally:
             await conn.close()
         yield url
@@ -69,6 +80,7 @@ async def tamper(url: str, *statements: str) -> None:
     try:
         await conn.execute("ALTER TABLE audit_events DISABLE TRIGGER ALL")
         await conn.execute("ALTER TABLE audit_checkpoints DISABLE TRIGGER ALL")
+        await conn.execute("ALTER TABLE audit_head DISABLE TRIGGER ALL")
         for statement in statements:
             await conn.execute(statement)
     finally:
@@ -80,14 +92,36 @@ def verify(url: str, *args: str):
 
 
 def assert_broken_at(result, seq: int) -> None:
+    """The old single chain's first bad seq is named."""
     assert result.returncode == 1, result.stdout + result.stderr
     assert re.search(rf"broken at seq {seq}\b", result.stdout), result.stdout
+
+
+def assert_entry_broken_at(result, chain_seq: int, chain: str = "acme") -> None:
+    """A tenant chain and its first bad chainSeq are named."""
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert re.search(rf"audit chain {chain} broken at chainSeq {chain_seq}\b", result.stdout), result.stdout
 
 
 async def test_an_untouched_log_verifies(log_url):
     result = verify(log_url)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "intact: 8 events" in result.stdout
+    assert "intact: 8 events" in result.stdout and "1 tenant chains" in result.stdout
+
+
+async def test_events_written_before_the_migration_stay_as_they_were_and_anchor_the_chain(log_url):
+    conn = await connect(log_url)
+    try:
+        rows = await conn.fetch("SELECT seq, chain, chain_seq, prev_hash, hash FROM audit_events ORDER BY seq")
+        old_head = await conn.fetchrow("SELECT seq, hash FROM audit_head")
+        # The old chain's head is frozen: a process of the old version cannot fork it.
+        with pytest.raises(asyncpg.PostgresError, match="frozen"):
+            await conn.execute("UPDATE audit_head SET seq = seq + 1")
+    finally:
+        await conn.close()
+    assert [(r["chain"], r["chain_seq"]) for r in rows] == [(None, None)] * 4 + [("acme", n) for n in (1, 2, 3, 4)]
+    assert (old_head["seq"], old_head["hash"]) == (4, rows[3]["hash"])
+    assert rows[4]["prev_hash"] == old_head["hash"]  # the tenant's chain starts after the old head
 
 
 async def test_an_edited_row_is_named(log_url):
@@ -95,27 +129,49 @@ async def test_an_edited_row_is_named(log_url):
     assert_broken_at(verify(log_url), 3)
 
 
+async def test_an_edited_entry_is_named_by_its_chain_seq(log_url):
+    await tamper(log_url, "UPDATE audit_events SET reason = 'edited' WHERE chain = 'acme' AND chain_seq = 2")
+    assert_entry_broken_at(verify(log_url), 2)
+
+
 async def test_a_deleted_row_is_named(log_url):
-    await tamper(log_url, "DELETE FROM audit_events WHERE seq = 5")
-    assert_broken_at(verify(log_url), 5)
+    await tamper(log_url, "DELETE FROM audit_events WHERE seq = 2")
+    assert_broken_at(verify(log_url), 2)
+
+
+async def test_a_deleted_entry_is_named(log_url):
+    await tamper(log_url, "DELETE FROM audit_events WHERE chain = 'acme' AND chain_seq = 3")
+    assert_entry_broken_at(verify(log_url), 3)
 
 
 async def test_reordered_rows_are_named(log_url):
     await tamper(
         log_url,
-        "UPDATE audit_events SET seq = -4 WHERE seq = 4",
-        "UPDATE audit_events SET seq = 4 WHERE seq = 6",
-        "UPDATE audit_events SET seq = 6 WHERE seq = -4",
+        "UPDATE audit_events SET seq = -2 WHERE seq = 2",
+        "UPDATE audit_events SET seq = 2 WHERE seq = 3",
+        "UPDATE audit_events SET seq = 3 WHERE seq = -2",
     )
-    assert_broken_at(verify(log_url), 4)
+    assert_broken_at(verify(log_url), 2)
 
 
-@pytest.mark.parametrize("seq", [2, 7])  # an event from before actorIssuer/requestId, and one with them
-@pytest.mark.parametrize("column", HASHED_COLUMNS)
+async def test_reordered_entries_are_named(log_url):
+    await tamper(
+        log_url,
+        "UPDATE audit_events SET chain_seq = -2 WHERE chain = 'acme' AND chain_seq = 2",
+        "UPDATE audit_events SET chain_seq = 2 WHERE chain = 'acme' AND chain_seq = 3",
+        "UPDATE audit_events SET chain_seq = 3 WHERE chain = 'acme' AND chain_seq = -2",
+    )
+    assert_entry_broken_at(verify(log_url), 2)
+
+
+@pytest.mark.parametrize("seq", [2, 7])  # an event of the old chain (no actorIssuer/requestId), and an entry with them
+@pytest.mark.parametrize("column", HASHED_COLUMNS + CHAIN_COLUMNS)
 async def test_an_edit_to_any_column_breaks_the_chain(log_url, column, seq):
+    if column in CHAIN_COLUMNS and seq == 2:
+        pytest.skip("events of the old chain have no chain columns")
     edits = {
         "at": "at + interval '1 microsecond'", "scopes": "ARRAY['invoice:list', 'invoice:read']",
-        "prev_hash": "repeat('f', 64)", "hash": "repeat('f', 64)", "outcome": "'denied'",
+        "prev_hash": "repeat('f', 64)", "hash": "repeat('f', 64)", "outcome": "'denied'", "chain_seq": "chain_seq + 10",
     }
     value = edits.get(column, "'x'")
     await tamper(log_url, f"UPDATE audit_events SET {column} = {value} WHERE seq = {seq}")
@@ -124,7 +180,11 @@ async def test_an_edit_to_any_column_breaks_the_chain(log_url, column, seq):
         report = await verify_stored_chain(conn, {})
     finally:
         await conn.close()
-    assert report.breach is not None and report.breach.seq == seq
+    assert report.breach is not None
+    if seq == 2:
+        assert report.breach.seq == seq
+    else:  # acme's chainSeq 3 (seq 7); a moved entry is missed where it was
+        assert (report.breach.chain, report.breach.chain_seq) == ("acme", 3), report.breach
 
 
 async def test_the_hash_covers_every_column_of_audit_events(db):
@@ -132,7 +192,9 @@ async def test_the_hash_covers_every_column_of_audit_events(db):
         "SELECT column_name FROM information_schema.columns WHERE table_name = 'audit_events' ORDER BY ordinal_position"
     )
     # seq is the position in the chain (checked as a link), not a field to edit: every other column is hashed.
-    assert [c["column_name"] for c in columns] == ["seq", *HASHED_COLUMNS[:-4], "prev_hash", "hash", "actor_issuer", "request_id"]
+    assert [c["column_name"] for c in columns] == [
+        "seq", *HASHED_COLUMNS[:-4], "prev_hash", "hash", "actor_issuer", "request_id", *CHAIN_COLUMNS
+    ]
 
 
 async def test_verification_does_not_depend_on_time_zones(log_url):
@@ -148,38 +210,40 @@ async def test_verification_does_not_depend_on_time_zones(log_url):
 
 
 async def test_tail_truncation_is_caught_by_the_head_row(log_url):
-    await tamper(log_url, "DELETE FROM audit_events WHERE seq > 6")
-    assert_broken_at(verify(log_url), 7)
+    await tamper(log_url, "DELETE FROM audit_events WHERE chain = 'acme' AND chain_seq > 2")
+    assert_entry_broken_at(verify(log_url), 3)
+
+
+REWIND_ACME = ("UPDATE audit_chain_heads SET chain_seq = 2, seq = 6, "
+               "hash = (SELECT hash FROM audit_events WHERE chain = 'acme' AND chain_seq = 2) WHERE chain = 'acme'")
 
 
 async def test_tail_truncation_with_a_rewound_head_is_caught_by_the_signed_checkpoint(log_url):
     assert capreg_cli(log_url, "audit", "checkpoint").returncode == 0
-    await tamper(
-        log_url,
-        "DELETE FROM audit_events WHERE seq > 6",
-        "UPDATE audit_head SET seq = 6, hash = (SELECT hash FROM audit_events WHERE seq = 6)",
-    )
+    await tamper(log_url, "DELETE FROM audit_events WHERE chain = 'acme' AND chain_seq > 2", REWIND_ACME)
     result = verify(log_url)
-    assert_broken_at(result, 7)
-    assert "checkpoint" in result.stdout and "covers seq 8" in result.stdout
+    assert_entry_broken_at(result, 3)
+    assert "checkpoint covers chainSeq 4" in result.stdout
 
 
-async def rewrite_from(url: str, seq: int) -> None:
-    """Edit event `seq` and recompute every later link, as an attacker who knows the hash would."""
+async def rewrite_from(url: str, chain_seq: int) -> None:
+    """Edit acme's entry `chain_seq` and recompute every later link, as an attacker who knows the hash would."""
     conn = await connect(url)
     try:
         await conn.execute("ALTER TABLE audit_events DISABLE TRIGGER ALL")
-        await conn.execute("UPDATE audit_events SET outcome = 'allowed', reason = NULL WHERE seq = $1", seq)
-        rows = await conn.fetch("SELECT * FROM audit_events WHERE seq >= $1 ORDER BY seq", seq)
-        prev = await conn.fetchval("SELECT hash FROM audit_events WHERE seq = $1", seq - 1)
+        await conn.execute("UPDATE audit_events SET outcome = 'allowed', reason = NULL WHERE chain = 'acme' AND chain_seq = $1",
+                           chain_seq)
+        rows = await conn.fetch("SELECT * FROM audit_events WHERE chain = 'acme' AND chain_seq >= $1 ORDER BY chain_seq", chain_seq)
+        prev = await conn.fetchval("SELECT hash FROM audit_events WHERE chain = 'acme' AND chain_seq = $1", chain_seq - 1)
         for row in rows:
             event = AuditEvent(**{k: row[k] for k in ("type", "outcome", "tenant", "actor_tenant", "actor",
                                                        "on_behalf_of", "ref", "scopes", "reason", "trace_id",
                                                        "actor_issuer", "request_id")})
-            digest = event_hash(prev, row["seq"], row["at"], event)
+            digest = entry_hash(prev, chain="acme", chain_seq=row["chain_seq"], event_id=row["event_id"], seq=row["seq"],
+                                at=row["at"], event=event)
             await conn.execute("UPDATE audit_events SET prev_hash = $1, hash = $2 WHERE seq = $3", prev, digest, row["seq"])
             prev = digest
-        await conn.execute("UPDATE audit_head SET hash = $1", prev)
+        await conn.execute("UPDATE audit_chain_heads SET hash = $1 WHERE chain = 'acme'", prev)
     finally:
         await conn.close()
 
@@ -189,33 +253,30 @@ async def test_a_rewritten_and_rehashed_log_is_caught_by_checkpoints(log_url, tm
     assert made.returncode == 0, made.stderr
     kept = tmp_path / "checkpoint.json"  # what a monitor fetched from /v1/audit/checkpoints/latest
     kept.write_text(made.stdout)
-    assert json.loads(made.stdout)["seq"] == 8
+    assert json.loads(made.stdout)["seq"] == 8 and json.loads(made.stdout)["chains"] == 1
 
-    await rewrite_from(log_url, 3)
+    await rewrite_from(log_url, 2)
     result = verify(log_url)
-    assert_broken_at(result, 8)
+    assert_entry_broken_at(result, 4)
     assert "rewritten at or before" in result.stdout
 
     # An attacker who also removes the stored checkpoints is still caught by a copy kept elsewhere;
     # without one, a consistently rehashed log cannot be told apart (hence: keep checkpoints outside).
     await tamper(log_url, "DELETE FROM audit_checkpoints")
     assert verify(log_url).returncode == 0
-    assert_broken_at(verify(log_url, "--checkpoint", str(kept)), 8)
+    caught = verify(log_url, "--checkpoint", str(kept))
+    assert caught.returncode == 1 and "no longer stored" in caught.stdout, caught.stdout
 
 
 async def test_checkpoint_refuses_to_sign_a_broken_log(log_url):
-    await tamper(log_url, "UPDATE audit_events SET actor = 'someone' WHERE seq = 5")
+    await tamper(log_url, "UPDATE audit_events SET actor = 'someone' WHERE chain = 'acme' AND chain_seq = 3")
     refused = capreg_cli(log_url, "audit", "checkpoint")
-    assert refused.returncode == 1 and "no checkpoint signed: audit chain broken at seq 5" in refused.stdout
+    assert refused.returncode == 1 and "no checkpoint signed: audit chain acme broken at chainSeq 3" in refused.stdout, refused.stdout
 
 
 async def test_checkpoint_refuses_to_sign_a_log_that_lost_its_last_signed_head(log_url):
     assert capreg_cli(log_url, "audit", "checkpoint").returncode == 0
-    await tamper(
-        log_url,
-        "DELETE FROM audit_events WHERE seq > 6",
-        "UPDATE audit_head SET seq = 6, hash = (SELECT hash FROM audit_events WHERE seq = 6)",
-    )
+    await tamper(log_url, "DELETE FROM audit_events WHERE chain = 'acme' AND chain_seq > 2", REWIND_ACME)
     refused = capreg_cli(log_url, "audit", "checkpoint")
     assert refused.returncode == 1 and "no checkpoint signed" in refused.stdout, refused.stdout
 

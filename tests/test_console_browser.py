@@ -264,7 +264,7 @@ async def test_the_chain_page_reports_a_verified_checkpoint(server, tab):
     await tab.open("chain", await auditor(server, tenant))
     await expect(tab.page.locator(".signature .verdict")).to_have_text(
         "Signature verified in this browser (Ed25519, WebCrypto) with the registry's published keys.")
-    await expect(tab.page.locator(".chain-status .verdict")).to_contain_text("Chain verified:")
+    await expect(tab.page.locator(".chain-status .verdict")).to_contain_text(" verified: ")
     await expect(tab.page.locator(".chain-status .verdict")).to_contain_text(f"matching the checkpoint signed at seq {seq}")
     await expect(tab.page.locator(".signature dl")).to_contain_text(str(seq))
     await tab.screenshot("chain")
@@ -289,7 +289,7 @@ async def test_a_tampered_log_shows_its_first_bad_seq(server_url, browser):
             await page.goto(f"{tampered.base}/console#chain")
             await page.fill("#token-input", await auditor(tampered, tenant))
             await page.click("#login-form button[type=submit]")
-            await expect(page.locator(".chain-status .verdict")).to_have_text("Chain BROKEN: first bad seq 2.")
+            await expect(page.locator(".chain-status .verdict")).to_have_text("Chain BROKEN: first bad chainSeq 2 (seq 2).")
             await expect(page.locator(".chain-status .problem")).to_contain_text("edited")
             if SCREENSHOTS:
                 await page.screenshot(path=str(Path(SCREENSHOTS) / "chain-broken.png"))

@@ -17,6 +17,7 @@ from mcp.types import Tool
 
 from registry.cards import CAPREG_EXTENSION_URI
 from tests.conftest import example, retire_versions
+from tests.audit_support import ONE_ROW_PER_EVENT
 
 BILLING = example("billing-agent.json")
 LEDGER = example("ledger-agent.json")
@@ -33,7 +34,7 @@ async def events_of(db, response: httpx.Response) -> list[dict]:
     """The audit events the request behind `response` wrote (matched by its trace id)."""
     rows = await db.fetch(
         "SELECT type, outcome, tenant, actor_tenant, actor, ref, scopes, reason FROM audit_events "
-        "WHERE trace_id = $1 ORDER BY seq",
+        "WHERE trace_id = $1 AND " + ONE_ROW_PER_EVENT + " ORDER BY seq",
         # Problem responses carry the header twice (handler and middleware); both are the same id.
         response.headers.get_list("x-trace-id")[0],
     )

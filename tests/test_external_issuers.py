@@ -196,7 +196,7 @@ async def test_an_issuer_cannot_speak_for_a_tenant_it_is_not_bound_to(bound, cli
     own = await partner.get(billing, headers=bearer(provider.token(provider.claims(tenant, "invoice:read", ["eu"]))))
     assert own.status_code == 200, own.text
     # The partner's IdP claims the victim's tenant, with admin rights: the token is not valid at all.
-    head = await db.fetchval("SELECT seq FROM audit_head")
+    head = await db.fetchval("SELECT coalesce(max(seq), 0) FROM audit_events")
     before = registry.auth_failures["tenant_not_allowed"]
     claimed = bearer(provider.token(provider.claims(victim, "invoice:read registry:admin", ["eu"])))
     detail = await partner.get(f"/v1/agents/{victim}/billing-agent/skills/invoice.lookup/versions/2.0.0", headers=claimed)

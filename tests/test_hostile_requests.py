@@ -106,12 +106,12 @@ async def test_nul_in_a_header_is_refused_before_the_handler(client, mint, db, t
 
 @pytest.mark.parametrize("where", ["path", "query"])
 async def test_anonymous_nul_is_400_and_not_audited(http, db, where):
-    head = await db.fetchval("SELECT seq FROM audit_head")
+    head = await db.fetchval("SELECT coalesce(max(seq), 0) FROM audit_events")
     url = "/v1/agents/x%00y/billing-agent" if where == "path" else "/v1/capabilities?q=in%00voice"
     response = await http.get(url)
     assert response.status_code == 400 and response.json()["code"] == "invalid_request"
     assert response.json()["errors"][0]["path"] == where
-    assert await db.fetchval("SELECT seq FROM audit_head") == head
+    assert await db.fetchval("SELECT coalesce(max(seq), 0) FROM audit_events") == head
 
 
 async def test_nul_deep_in_a_body_is_pointed_at(http, mint, db, tenant):
@@ -185,7 +185,7 @@ def auth_failures(metrics_text: str) -> dict[str, float]:
 
 async def test_garbage_tokens_do_not_grow_the_audit_chain(http, mint, db, tenant):
     await register_finance(http, mint, tenant)
-    head = await db.fetchval("SELECT seq FROM audit_head")
+    head = await db.fetchval("SELECT coalesce(max(seq), 0) FROM audit_events")
     before = auth_failures((await http.get("/metrics")).text)
     garbage = [{"Authorization": f"Bearer {secrets.token_urlsafe(40)}"} for _ in range(40)]
     calls = [http.post("/v1/tickets", json=ticket_body(tenant), headers=h) for h in garbage]
@@ -194,7 +194,7 @@ async def test_garbage_tokens_do_not_grow_the_audit_chain(http, mint, db, tenant
     calls += [http.post("/v1/tickets", json=ticket_body(tenant)) for _ in range(5)]  # no token at all
     answers = await asyncio.gather(*calls)
     assert {a.status_code for a in answers} == {401}
-    assert await db.fetchval("SELECT seq FROM audit_head") == head
+    assert await db.fetchval("SELECT coalesce(max(seq), 0) FROM audit_events") == head
     after = auth_failures((await http.get("/metrics")).text)
     assert after.get("malformed", 0) - before.get("malformed", 0) == 60
     assert after.get("missing", 0) - before.get("missing", 0) == 5

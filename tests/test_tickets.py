@@ -341,7 +341,7 @@ def bad_caller_tokens(registry, tenant: str) -> dict[str, str]:
 async def test_bad_caller_tokens_are_401_and_not_audited(client, finance, db, registry):
     """Who sent a bad token is unknown: nothing is written to the audit chain (anyone could grow
     it); the refusals are counted in /metrics instead."""
-    head = await db.fetchval("SELECT seq FROM audit_head")
+    head = await db.fetchval("SELECT coalesce(max(seq), 0) FROM audit_events")
     failures = sum(registry.auth_failures.values())
     for label, token in bad_caller_tokens(registry, finance).items():
         headers, trace = traced({"Authorization": f"Bearer {token}"})

@@ -10,6 +10,7 @@ from pathlib import Path
 import jwt
 
 from tests.conftest import example
+from tests.audit_support import ONE_ROW_PER_EVENT
 
 README = Path(__file__).parent.parent / "README.md"
 
@@ -64,7 +65,7 @@ def traced(headers: dict | None = None) -> tuple[dict, str]:
 async def events_of(db, trace_id: str) -> list[dict]:
     rows = await db.fetch(
         "SELECT type, outcome, reason, tenant, actor_tenant, actor, on_behalf_of, ref, scopes FROM audit_events "
-        "WHERE trace_id = $1 ORDER BY seq",
+        "WHERE trace_id = $1 AND " + ONE_ROW_PER_EVENT + " ORDER BY seq",
         trace_id,
     )
     return [dict(r) for r in rows]

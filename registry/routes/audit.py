@@ -10,8 +10,9 @@ from litestar import Request, Response, get
 from litestar.params import QueryParameter
 from litestar.response import Stream
 
-from registry import audit_chain, audit_log
-from registry.audit_chain import ChainVerification
+from registry import audit_chain, audit_log, audit_proof, chain_checks
+from registry.audit_proof import AuditProof
+from registry.chain_checks import ChainVerification
 from registry.audit_log import MAX_HOURS, AuditPage, EventQuery, HourlyOutcomes
 from registry.authentication import authenticate, optional_caller
 from registry.checkpoints import Checkpoint
@@ -101,8 +102,9 @@ async def list_grants(
     summary="The latest signed checkpoint of the audit chain head (public)",
     description=(
         "`signature` is a compact JWS (alg EdDSA, typ capreg-checkpoint+jwt, kid) over "
-        '{"iss", "iat", "seq", "hash", "at"}; verify it with /.well-known/jwks.json and compare the '
-        "signed seq, hash and at with the fields beside it."
+        '{"iss", "iat", "seq", "hash", "at", "root", "chains"}; verify it with /.well-known/jwks.json and '
+        "compare the signed values with the fields beside them. `root` is the RFC 6962 tree hash over every "
+        "chain head; `seq` and `hash` are the newest entry covered."
     ),
     responses=problem_responses(401, 503),
 )
@@ -141,19 +143,36 @@ async def hourly_outcomes(
 
 @get(
     "/v1/audit/chain",
-    summary="Verify the whole audit chain against its head and the latest signed checkpoint (audit:read)",
+    summary="The caller's tenant's audit chain verified up to its head (audit:read)",
     description=(
-        "Recomputes every hash link from genesis and holds the log against the head row and the latest "
-        "signed checkpoint, exactly as `capreg audit verify` does. `firstBadSeq` names the first event "
-        "that does not verify. One verification runs per server process at a time; concurrent callers "
-        "share its result."
+        "Checks the entries of the caller's tenant's chain (and of the old single chain it is anchored to) "
+        "written since the last verified position, which every server shares through the database: hash, "
+        "link, gap-free chainSeq. `firstBadChainSeq` names the first entry that does not verify. Hashing "
+        "runs off the event loop; a caller asking again within CAPREG_CHAIN_CHECK_INTERVAL seconds gets the "
+        "last answer. The full check from chainSeq 1 is `capreg audit verify --url`."
     ),
     responses=problem_responses(401, 403),
 )
 async def verify_chain(request: Request) -> Response[ChainVerification]:
     registry = registry_of(request)
-    await authenticate(request, "audit:read")
-    return Response(await audit_chain.verify_chain(registry), headers={"Cache-Control": "no-store"})
+    caller = await authenticate(request, "audit:read")
+    return Response(await chain_checks.verify_chain(registry, caller), headers={"Cache-Control": "no-store"})
 
 
-ROUTES = [list_events, hourly_outcomes, list_grants, latest_checkpoint, verify_chain]
+@get(
+    "/v1/audit/proof",
+    summary="The inclusion proof of the caller's tenant's chain head in the latest signed checkpoint (audit:read)",
+    description=(
+        "RFC 6962 inclusion proof: leaf `index` is UTF-8 `{chain}\\n{chainSeq}\\n{hash}`, the tree is over every "
+        "chain head sorted by chain in byte order (`checkpoint.chains` leaves), `auditPath` leads to "
+        "`checkpoint.root`. 404 when the tenant's chain has no entry."
+    ),
+    responses=problem_responses(401, 403, 404, 503),
+)
+async def audit_inclusion_proof(request: Request) -> Response[AuditProof]:
+    registry = registry_of(request)
+    caller = await authenticate(request, "audit:read")
+    return Response(await audit_proof.inclusion_proof(registry, caller.tenant), headers={"Cache-Control": "no-store"})
+
+
+ROUTES = [list_events, hourly_outcomes, list_grants, latest_checkpoint, verify_chain, audit_inclusion_proof]

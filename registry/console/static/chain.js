@@ -1,6 +1,6 @@
 // Chain: the latest signed checkpoint (GET /v1/audit/checkpoints/latest), its Ed25519 signature
 // checked in this browser against the registry's JWKS (WebCrypto), and the server's verification of
-// the whole hash chain up to it (GET /v1/audit/chain), naming the first bad seq when it fails.
+// the tenant's hash chain up to its head (GET /v1/audit/chain), naming the first bad chainSeq when it fails.
 
 import { api, TokenRefused } from "./api.js";
 import { button, el, replace, time } from "./dom.js";
@@ -75,10 +75,10 @@ export async function render(root, params, ctx) {
     const signed = report.checkpoint;
     replace(chainBox, el("h3", {}, "Hash chain"),
       report.verified
-        ? verdict(true, `Chain verified: ${report.events} events from genesis to head seq ${report.headSeq}`
-          + (signed ? `, matching the checkpoint signed at seq ${signed.seq}.` : "; no checkpoint signed yet."), "")
+        ? verdict(true, `Chain ${report.chain} verified: ${report.chainSeq} entries, to chainSeq ${report.chainSeq} (seq ${report.headSeq})`
+          + (signed ? `; the latest checkpoint was signed at seq ${signed.seq}.` : "; no checkpoint signed yet."), "")
         : el("div", { class: "broken" },
-          verdict(false, "", `Chain BROKEN: first bad seq ${report.firstBadSeq}.`),
+          verdict(false, "", `Chain BROKEN: first bad chainSeq ${report.firstBadChainSeq ?? "?"} (seq ${report.firstBadSeq ?? "?"}).`),
           el("p", { class: "problem" }, report.problem ?? "")),
       el("p", { class: "hint" }, report.checkpointSignatureValid === null ? "The registry has signed no checkpoint yet."
         : `The registry's own check of the checkpoint signature: ${report.checkpointSignatureValid ? "valid" : "INVALID"}.`));

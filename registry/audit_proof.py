@@ -1,0 +1,68 @@
+"""GET /v1/audit/proof: the RFC 6962 inclusion proof of the caller's tenant's chain head in the root
+of the latest signed checkpoint (registry.merkle), with that head and checkpoint, so that an auditor
+holding only the JWKS can check that the registry signed the chain they read (docs/audit.md)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from db import audit as audit_queries
+from db import checkpoints as checkpoint_queries
+from registry import merkle
+from registry.audit_chain import sign_checkpoint_now
+from registry.checkpoints import Checkpoint, checkpoint_from_row
+from registry.problems import not_found
+from registry.wire import Wire
+
+if TYPE_CHECKING:
+    from registry.state import Registry
+
+_INLINE_LEAVES = 1024  # a bigger tree is hashed in a worker thread, off the event loop
+
+
+class AuditProof(Wire):
+    chain: str
+    chain_seq: int
+    hash: str
+    checkpoint: Checkpoint
+    audit_path: list[str]
+    index: int
+
+
+async def inclusion_proof(registry: Registry, tenant: str) -> AuditProof:
+    """The proof for `tenant`'s head as the latest checkpoint covers it; a chain the latest checkpoint
+    does not cover yet (or a checkpoint whose key left the JWKS) gets the heads signed now. 404 when
+    the tenant's chain has no entry."""
+    await registry.refresh_keyring()
+    row = await checkpoint_queries.latest_checkpoint(registry.pool, with_heads=True)
+    heads = checkpoint_queries.covered_heads(row) if row is not None else []
+    chains = [head[0] for head in heads]
+    if tenant not in chains or row["kid"] not in registry.keyring.public:
+        if not await _has_entries(registry, tenant):
+            raise not_found(f"tenant {tenant}'s audit chain has no entries yet")
+        await sign_checkpoint_now(registry)
+        row = await checkpoint_queries.latest_checkpoint(registry.pool, with_heads=True)
+        heads = checkpoint_queries.covered_heads(row)
+        chains = [head[0] for head in heads]
+        if tenant not in chains:
+            raise not_found(f"tenant {tenant}'s audit chain has no entries yet")
+    index = chains.index(tenant)
+    if len(heads) > _INLINE_LEAVES:
+        path = await asyncio.to_thread(_path, heads, index)
+    else:
+        path = _path(heads, index)
+    _, chain_seq, digest = heads[index]
+    return AuditProof(
+        chain=tenant, chain_seq=chain_seq, hash=digest, checkpoint=checkpoint_from_row(row),
+        audit_path=[node.hex() for node in path], index=index,
+    )
+
+
+async def _has_entries(registry: Registry, tenant: str) -> bool:
+    head = await audit_queries.chain_head(registry.pool, tenant)
+    return head is not None and head[0] > 0
+
+
+def _path(heads: list[tuple[str, int, str]], index: int) -> list[bytes]:
+    return merkle.inclusion_path([merkle.leaf_hash(merkle.leaf_bytes(*head)) for head in heads], index)
