@@ -52,5 +52,35 @@ def strict_components(document: dict[str, Any]) -> dict[str, Any]:
     _, rendered = msgspec.json.schema_components(renderable, ref_template=_REF_TEMPLATE)
     for name, schema in rendered.items():
         if name in components or name in {cls.__name__ for cls in renderable}:
+            if name in components:
+                _keep_formats(components[name], schema)
             components[name] = schema
     return document
+
+
+def _string_format(schema: Any) -> str | None:
+    """The `format` of a string schema, or of the string branch of an `anyOf`/`oneOf`."""
+    if not isinstance(schema, dict):
+        return None
+    if schema.get("type") == "string" and "format" in schema:
+        return schema["format"]
+    for key in ("anyOf", "oneOf"):
+        for branch in schema.get(key, []):
+            found = _string_format(branch)
+            if found:
+                return found
+    return None
+
+
+def _keep_formats(litestar_schema: dict[str, Any], msgspec_schema: dict[str, Any]) -> None:
+    """msgspec renders a datetime as a bare string; litestar says `format: date-time`. Keep the format
+    (clients and schemathesis generate date-times from it) on each property's string branch."""
+    before = litestar_schema.get("properties", {})
+    for key, prop in msgspec_schema.get("properties", {}).items():
+        wanted = _string_format(before.get(key))
+        if not wanted or _string_format(prop):
+            continue
+        branches = prop.get("anyOf") or prop.get("oneOf") or [prop]
+        for branch in branches:
+            if isinstance(branch, dict) and branch.get("type") == "string":
+                branch["format"] = wanted
