@@ -41,6 +41,7 @@ TARGETS = {
     "agent_card": {"rps": 0.6},
     "filtered": {"rps": 0.3},
     "detail": {"rps": 0.3},
+    "offers": {"rps": 0.3},
     "ticket_mint": {"rps": 0.2},
     "introspect": {"rps": 0.4},
     "register_versions": {"rps": 0.04},
@@ -337,15 +338,16 @@ async def explain_plans(dsn: str) -> dict[str, str]:
 
     from db import capabilities
     from db.pool import create_pool
+    from registry import ranking
 
     class Explaining:
-        def __init__(self, pool):
-            self.pool, self.plan = pool, ""
+        def __init__(self, pool, run: bool = False):
+            self.pool, self.plan, self.run = pool, "", run
 
         async def fetch(self, sql, *params):
             rows = await self.pool.fetch("EXPLAIN (ANALYZE, BUFFERS) " + sql, *params)
             self.plan = "\n".join(r[0] for r in rows)
-            return []
+            return await self.pool.fetch(sql, *params) if self.run else []
 
     pool = await create_pool(dsn, min_size=1, max_size=2)
     plans = {}
@@ -353,12 +355,15 @@ async def explain_plans(dsn: str) -> dict[str, str]:
         cases = {
             "public first page (limit 50)": dict(viewer_tenant=None, limit=51),
             "tenant viewer first page (limit 50)": dict(viewer_tenant="acme", limit=51),
-            "filtered (q + tag + sideEffectMax)": dict(viewer_tenant=None, q="invoice", tags=["finance"], side_effect_max=1, limit=51),
         }
         for title, kwargs in cases.items():
             conn = Explaining(pool)
             await capabilities.discover(conn, **kwargs)
             plans[title] = conn.plan
+        # With q, discovery is ranked search (registry.ranking; every shape: python -m bench.search_plans).
+        conn = Explaining(pool, run=True)
+        await ranking.rank(conn, None, "invoice", ranking.SearchFilters(tags=("finance",), side_effect_max=1), limit=51)
+        plans["filtered (q + tag + sideEffectMax)"] = conn.plan
         # ARD (docs/api.md#ard): search by relevance, explore's facets, the list in identifier order.
         from db import ard
 
@@ -561,6 +566,14 @@ def main(argv: list[str] | None = None) -> int:
                 for a in public for s in a.card["skills"][:1]])
         else:
             unavailable("detail", "detail release (token, latest)", "GET " + detail_path + " not served")
+
+        if "/v1/offers" in paths:
+            needs = [f"{verb} {noun}" for nouns in data.DOMAINS.values() for noun in nouns for verb in data.VERBS[:4]]
+            run("offers", "offers (POST /v1/offers, need, no ticket)", [
+                {"method": "POST", "path": "/v1/offers", "headers": {**auth, "Content-Type": "application/json"},
+                 "body": json.dumps({"need": need, "limit": 5})} for need in needs])
+        else:
+            unavailable("offers", "offers (POST /v1/offers)", "POST /v1/offers not served")
 
         mintable = [(a, s) for a in public for s in a.card["skills"] if s["sideEffect"] != "destructive"][:200]
         mint_bodies = [json.dumps({"audience": f"{a.tenant}/{a.agent_id}", "skill": s["id"], "version": "^" + s["version"].split(".")[0],

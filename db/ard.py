@@ -51,15 +51,20 @@ class TextMatch(msgspec.Struct, frozen=True):
 
 
 def _terms(bind: Bind, text: TextMatch) -> str:
-    return f"""SELECT to_tsquery('english', {bind(text.any_query)}) AS any_q,
-                      ARRAY(SELECT to_tsquery('english', x) FROM unnest({bind(text.word_queries)}::text[]) AS x) AS word_qs,
-                      ARRAY(SELECT to_tsquery('english', x) FROM unnest({bind(text.head_queries)}::text[]) AS x) AS head_qs"""
+    """One tsquery per word (and per word restricted to id, name and tags), parsed once."""
+    columns = [f"to_tsquery('english', {bind(text.any_query)}) AS any_q"]
+    for i, (word_query, head_query) in enumerate(zip(text.word_queries, text.head_queries)):
+        columns.append(f"to_tsquery('english', {bind(word_query)}) AS w{i}")
+        columns.append(f"to_tsquery('english', {bind(head_query)}) AS h{i}")
+    return "SELECT " + ", ".join(columns)
 
 
 def _score(text: TextMatch) -> str:
     # db.ranked_search.ranked's score, over the same plan (tests/test_ard.py holds the orders equal).
-    return f"""((SELECT count(*) FROM unnest(t.word_qs) AS x WHERE c.search_vector @@ x) * {len(text.word_queries) + 1}
-               + (SELECT count(*) FROM unnest(t.head_qs) AS x WHERE c.search_vector @@ x))::int"""
+    words = len(text.word_queries)
+    matched = " + ".join(f"(c.search_vector @@ t.w{i})::int" for i in range(words))
+    head = " + ".join(f"(c.search_vector @@ t.h{i})::int" for i in range(words))
+    return f"(({matched}) * {words + 1} + ({head}))"
 
 
 class EntryFilter(msgspec.Struct, frozen=True, kw_only=True):

@@ -79,10 +79,13 @@ async def ranked(
         params.append(value)
         return f"${len(params)}"
 
+    # One tsquery per word (and per word restricted to id, name and tags), parsed once per query.
     words = len(word_queries)
-    terms = f"""SELECT to_tsquery('english', {bind(any_query)}) AS any_q,
-                       ARRAY(SELECT to_tsquery('english', x) FROM unnest({bind(word_queries)}::text[]) AS x) AS word_qs,
-                       ARRAY(SELECT to_tsquery('english', x) FROM unnest({bind(head_queries)}::text[]) AS x) AS head_qs"""
+    term_columns = [f"to_tsquery('english', {bind(any_query)}) AS any_q"]
+    for i, (word_query, head_query) in enumerate(zip(word_queries, head_queries)):
+        term_columns.append(f"to_tsquery('english', {bind(word_query)}) AS w{i}")
+        term_columns.append(f"to_tsquery('english', {bind(head_query)}) AS h{i}")
+    terms = "SELECT " + ", ".join(term_columns)
 
     key_filters = []
     if tenant is not None:
@@ -110,45 +113,52 @@ async def ranked(
     if status is not None:
         content_filters.append(f"c.status = {bind(status)}")
 
-    n1 = words + 1
-    score = f"""((SELECT count(*) FROM unnest(t.word_qs) AS x WHERE c.search_vector @@ x) * {n1}
-                 + (SELECT count(*) FROM unnest(t.head_qs) AS x WHERE c.search_vector @@ x))::int"""
-    columns = (f"{PUBLIC_COLUMNS}, {score} AS score, {REF_SQL} AS ref_key, "
-               f"a.visibility AS agent_visibility, a.shared_with AS agent_shared_with, "
-               f"{HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances, {LEASE_UNTIL_SQL} AS lease_until")
+    matched = " + ".join(f"(c.search_vector @@ t.w{i})::int" for i in range(words))
+    head = " + ".join(f"(c.search_vector @@ t.h{i})::int" for i in range(words))
+    score = f"(({matched}) * {words + 1} + ({head}))"
     where_key = " AND ".join(key_filters) if key_filters else "true"
     if latest_only:
         # The GIN index finds the skills with a matching version; each one's latest in-force
         # version (through capability_versions_order) must match itself ("the latest, if it matches").
-        body = f"""
-            WITH t AS MATERIALIZED ({terms}),
-                 hits AS MATERIALIZED (
-                   SELECT DISTINCT c.tenant, c.agent_id, c.skill_id
-                     FROM capability_versions c, t
-                    WHERE c.search_vector @@ t.any_q AND {IN_FORCE} AND {where_key})
-            SELECT {columns}
-              FROM hits h
-              JOIN agents a ON a.tenant = h.tenant AND a.agent_id = h.agent_id
-             CROSS JOIN t
-             CROSS JOIN LATERAL (
-                   SELECT l.* FROM capability_versions l
-                    WHERE l.tenant = h.tenant AND l.agent_id = h.agent_id AND l.skill_id = h.skill_id
-                      AND {IN_FORCE.replace("c.", "l.")}
-                    ORDER BY l.prerelease, l.version_key DESC LIMIT 1) c
-             WHERE {" AND ".join(agent_filters + content_filters)}"""
+        ranked_rows = f"""
+            hits AS MATERIALIZED (
+                SELECT DISTINCT c.tenant, c.agent_id, c.skill_id
+                  FROM capability_versions c, t
+                 WHERE c.search_vector @@ t.any_q AND {IN_FORCE} AND {where_key}),
+            ranked AS (
+                SELECT c.tenant, c.agent_id, c.skill_id, c.version, {score} AS score, {REF_SQL} AS ref_key
+                  FROM hits h
+                  JOIN agents a ON a.tenant = h.tenant AND a.agent_id = h.agent_id
+                 CROSS JOIN t
+                 CROSS JOIN LATERAL (
+                       SELECT l.tenant, l.agent_id, l.skill_id, l.version, l.search_vector, l.tags, l.side_effect_rank,
+                              l.data_regions, l.status
+                         FROM capability_versions l
+                        WHERE l.tenant = h.tenant AND l.agent_id = h.agent_id AND l.skill_id = h.skill_id
+                          AND {IN_FORCE.replace("c.", "l.")}
+                        ORDER BY l.prerelease, l.version_key DESC LIMIT 1) c
+                 WHERE {" AND ".join(agent_filters + content_filters)})"""
     else:
-        body = f"""
-            WITH t AS MATERIALIZED ({terms})
-            SELECT {columns}
-              FROM capability_versions c
-              JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
-             CROSS JOIN t
-             WHERE {IN_FORCE} AND {where_key} AND {" AND ".join(agent_filters + content_filters)}"""
+        ranked_rows = f"""
+            ranked AS (
+                SELECT c.tenant, c.agent_id, c.skill_id, c.version, {score} AS score, {REF_SQL} AS ref_key
+                  FROM capability_versions c
+                  JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
+                 CROSS JOIN t
+                 WHERE {IN_FORCE} AND {where_key} AND {" AND ".join(agent_filters + content_filters)})"""
     page = ""
     if after is not None:
         s, r = bind(after[0]), bind(after[1])
         page = f"WHERE r.score < {s} OR (r.score = {s} AND r.ref_key > {r})"
-    sql = f"""SELECT * FROM ({body}) r {page}
-               ORDER BY r.score DESC, r.ref_key
-               LIMIT {bind(limit)}"""
+    # Rank on keys only; the page's rows alone are then read in full (health and lease figures included).
+    sql = f"""
+        WITH t AS MATERIALIZED ({terms}), {ranked_rows}
+        SELECT {PUBLIC_COLUMNS}, p.score, p.ref_key,
+               a.visibility AS agent_visibility, a.shared_with AS agent_shared_with,
+               {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances, {LEASE_UNTIL_SQL} AS lease_until
+          FROM (SELECT r.* FROM ranked r {page} ORDER BY r.score DESC, r.ref_key LIMIT {bind(limit)}) p
+          JOIN capability_versions c ON c.tenant = p.tenant AND c.agent_id = p.agent_id AND c.skill_id = p.skill_id
+                                    AND c.version = p.version
+          JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
+         ORDER BY p.score DESC, p.ref_key"""
     return await conn.fetch(sql, *params)

@@ -1,5 +1,5 @@
 """The `capreg` command: serve, migrate, token mint, keys rotate, audit verify|checkpoint, openapi; the
-commands that go through the HTTP API (register, discover, detail, ticket, audit grants|events) are in
+commands that go through the HTTP API (register, discover, offers, detail, ticket, audit grants|events) are in
 registry.cli_http."""
 
 from __future__ import annotations

@@ -153,6 +153,45 @@ def discover(registry: Registry, args: argparse.Namespace) -> int:
     ))
 
 
+def offers(registry: Registry, args: argparse.Namespace) -> int:
+    ticket = None
+    if args.ticket_scope:
+        ticket = {"scopes": [s for value in args.ticket_scope for s in value.split()], "ttlSeconds": args.ticket_ttl}
+        if args.on_behalf_of:
+            ticket["onBehalfOf"] = args.on_behalf_of
+    answer = registry.offers(
+        args.need, skill=args.skill, tags=args.tag or None, region=args.region, side_effect_max=args.side_effect_max,
+        limit=args.limit, ticket=ticket,
+    )
+    if args.json:
+        print(json.dumps(answer.to_dict(), indent=2, default=str))
+        return 0
+    console = _console()
+    excluded = answer.excluded
+    note = f"excluded: scope {excluded.scope}, region {excluded.region}, unhealthy {excluded.unhealthy}"
+    if not answer.offers:
+        console.print(f"[dim]no offer ({note})[/dim]")
+        return 1
+    console.print(_table(
+        f"{len(answer.offers)} offers ({note})",
+        ["ref", "score", "relevance", "side effect", "instance", "load", "url", "ticket"],
+        ([o.ref, f"{o.score:.3f}", f"{o.why.relevance:.3f}", o.side_effect, o.instance.instance_id if o.instance else "",
+          o.instance.load if o.instance else "", o.instance.url if o.instance else "", _ticket_cell(o)]
+         for o in answer.offers),
+    ))
+    return 0
+
+
+def _ticket_cell(offer: Any) -> str:
+    if offer.ticket is not None:
+        return f"granted (jti {offer.ticket.jti})"
+    if offer.approval is not None:
+        return f"approval pending ({offer.approval.approval_id})"
+    if offer.ticket_error is not None:
+        return f"refused: {offer.ticket_error.get('reason') or offer.ticket_error.get('code')}"
+    return ""
+
+
 def detail(registry: Registry, args: argparse.Namespace) -> int:
     found = registry.detail(args.ref)
 
@@ -227,7 +266,7 @@ def _read_value(value: str | None) -> str | None:
 def add_http_commands(commands: argparse._SubParsersAction, audit: argparse._SubParsersAction) -> None:
     """The HTTP commands, added to the `capreg` parser (`audit` is the audit subcommand group)."""
     discover_parser = commands.add_parser("discover", help="list capabilities (CAPREG_URL; CAPREG_TOKEN optional)")
-    discover_parser.add_argument("q", nargs="?", help="text over id, name, description and tags")
+    discover_parser.add_argument("q", nargs="?", help="words over id, name, description and tags (ranked, best first)")
     discover_parser.add_argument("--tag", action="append", help="repeatable; all must match")
     discover_parser.add_argument("--skill", help="exact id, or a prefix ending in *")
     discover_parser.add_argument("--side-effect-max", choices=["none", "idempotent", "write", "destructive"])
@@ -239,6 +278,21 @@ def add_http_commands(commands: argparse._SubParsersAction, audit: argparse._Sub
     discover_parser.add_argument("--versions", choices=["latest", "all"])
     _output_flags(discover_parser)
     discover_parser.set_defaults(run=run_http(discover))
+
+    offers_parser = commands.add_parser(
+        "offers", help="ranked offers for NEED: capabilities you may call now, with an instance (CAPREG_URL, CAPREG_TOKEN)")
+    offers_parser.add_argument("need", nargs="?", help="what you need done, in words")
+    offers_parser.add_argument("--skill", help="exact id, or a prefix ending in * (with or instead of NEED)")
+    offers_parser.add_argument("--tag", action="append", help="repeatable; all must match")
+    offers_parser.add_argument("--region", help="the data region the work must stay in")
+    offers_parser.add_argument("--side-effect-max", choices=["none", "idempotent", "write", "destructive"])
+    offers_parser.add_argument("--limit", type=int, help="1 to 20 (default 5)")
+    offers_parser.add_argument("--ticket-scope", action="append",
+                               help="also mint a ticket for the first offer with these scopes (repeatable)")
+    offers_parser.add_argument("--ticket-ttl", type=int, default=300, help="seconds (default 300)")
+    offers_parser.add_argument("--on-behalf-of")
+    _output_flags(offers_parser, ndjson=False)
+    offers_parser.set_defaults(run=run_http(offers))
 
     detail_parser = commands.add_parser("detail", help="schemas, examples and endpoints of REF (tenant/agent/skill@version)")
     detail_parser.add_argument("ref")

@@ -93,3 +93,28 @@ def test_a_malformed_card_file_shows_the_registrys_errors_with_their_paths(live_
     result = capreg(publisher, "register", str(path), "--tenant", tenant, "--agent-id", "billing-agent", check=False)
     assert result.returncode == 1 and "400 invalid_request" in result.stderr and "sideEffect" in result.stderr
     assert result.stderr.count("\n") == 1
+
+
+def test_offers_table_and_json(live_server, mint, tenant, tmp_path):
+    card = json.loads((EXAMPLES / "billing-agent.json").read_text())
+    # A tag of this tenant's own: other tests' public billing agents never match this test's filters.
+    for skill in card["skills"]:
+        skill["tags"] = [*skill["tags"], tenant]
+    path = tmp_path / "card.json"
+    path.write_text(json.dumps(card))
+    publisher = _env(live_server, mint, tenant, "publisher", "registry:publish")
+    capreg(publisher, "register", str(path), "--tenant", tenant, "--agent-id", "billing-agent")
+    router = _env(live_server, mint, tenant, "router", "registry:read invoice:read", regions=["eu"])
+    none = capreg(router, "offers", "look up an invoice", "--tag", tenant, check=False)
+    assert none.returncode == 1 and "no offer" in none.stdout and "unhealthy 1" in none.stdout
+    from registry.client import Registry
+
+    with Registry(live_server[0], token=publisher["CAPREG_TOKEN"]) as reg:
+        reg.heartbeat(tenant, "billing-agent", "i-7", url="https://billing.example/i-7", ttl=60, load=0.25)
+    table = capreg(router, "offers", "look up an invocie", "--tag", tenant, "--ticket-scope", "invoice:read")
+    assert f"{tenant}/billing-agent/invoice.lookup@2.0.0" in table.stdout and "i-7" in table.stdout
+    assert "granted" in table.stdout and "scope 1" in table.stdout
+    answer = json.loads(capreg(router, "offers", "invoice", "--tag", tenant, "--json").stdout)
+    assert answer["offers"][0]["instance"]["url"] == "https://billing.example/i-7" and answer["excluded"]["scope"] == 1
+    bad = capreg(router, "offers", check=False)
+    assert bad.returncode != 0 and "invalid_request" in (bad.stdout + bad.stderr)

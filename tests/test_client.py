@@ -407,3 +407,39 @@ def test_the_readme_python_section_works_when_pasted(server, mint, tenant, monke
     assert capsys.readouterr().out.strip() == "invoice_lookup user-19"
     for name in ("agent", "router", "verifier"):
         namespace[name].close()
+
+
+def _offer_card(tenant: str) -> dict:
+    """The billing card, its lookup named with the tenant's id so that it ranks first for this test
+    whatever other tests' public agents the live server holds."""
+    card = {**billing_card(tenant), "visibility": "tenant"}
+    card["skills"] = [{**card["skills"][0], "name": f"Look up an invoice {tenant}"}, *card["skills"][1:]]
+    return card
+
+
+async def test_offers_sync_and_async(server, mint, tenant):
+    with Registry(server, token=token(mint, tenant, "publisher", "registry:publish")) as publisher:
+        publisher.register(tenant, "billing-agent", _offer_card(tenant))
+        publisher.heartbeat(tenant, "billing-agent", "i-1", url="http://127.0.0.1:1/a2a", ttl=60, load=0.4)
+    reader = token(mint, tenant, "router", "registry:read invoice:read", regions=["eu"])
+    with Registry(server, token=reader) as router:
+        answer = router.offers(f"look up an invocie {tenant}", limit=3, ticket={"scopes": ["invoice:read"], "ttl": 60})
+        first = answer.offers[0]
+        assert first.ref == f"{tenant}/billing-agent/invoice.lookup@2.0.0" and first.instance.instance_id == "i-1"
+        assert first.instance.load == 0.4 and 0 <= first.score <= 1 and first.why.relevance == 1.0
+        assert isinstance(first.ticket, Ticket) and first.ticket.scopes == ["invoice:read"]
+        assert answer.excluded.scope >= 1  # invoice.mark-paid needs invoice:write
+        by_skill = router.offers(skill="invoice.lookup", limit=20)
+        assert first.ref in [o.ref for o in by_skill.offers] and by_skill.offers[0].ticket is None
+        assert {o.id for o in by_skill.offers} == {"invoice.lookup"}
+        with pytest.raises(CapregError) as bad:
+            router.offers()
+        assert bad.value.status == 400 and bad.value.code == "invalid_request"
+    async with AsyncRegistry(server, token=reader) as router:
+        again = await router.offers(f"invoice {tenant}", side_effect_max="none", ticket={"scopes": ["invoice:write"]})
+        assert again.offers[0].ref == first.ref
+        assert again.offers[0].ticket is None and again.offers[0].ticket_error["reason"] == "scope_escalation"
+    with Registry(server, token=token(mint, tenant, "router", "invoice:read")) as no_read:
+        with pytest.raises(CapregError) as forbidden:
+            no_read.offers("invoice")
+        assert forbidden.value.status == 403 and forbidden.value.code == "insufficient_scope"

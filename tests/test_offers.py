@@ -3,6 +3,7 @@ instances, `excluded` (never counting the invisible), audit, tickets, and bad in
 
 from __future__ import annotations
 
+import secrets
 import time
 
 from hypothesis import given, strategies as st
@@ -11,9 +12,13 @@ from registry import offers as offer_service
 from tests.search_support import agent as public_agent, heartbeat, publish, skill
 
 
+# Every skill here carries this tag and every request filters on it: other tests' public agents
+# never meet these tests' callers, nor count in `excluded`.
+TAG = "offers" + secrets.token_hex(4)
+
+
 def agent(*skills, **fields):
-    """Own-tenant agents: other tests' public agents never meet these tests' callers."""
-    return public_agent(*skills, **{"visibility": "tenant", **fields})
+    return public_agent(*({**s, "tags": [*s["tags"], TAG]} for s in skills), **{"visibility": "tenant", **fields})
 
 
 def lookup(**fields):
@@ -21,6 +26,7 @@ def lookup(**fields):
 
 
 async def offer(client, headers, **body):
+    body["tags"] = [*body.get("tags", []), TAG]
     response = await client.post("/v1/offers", json=body, headers=headers)
     assert response.status_code == 200, response.text
     return response.json()

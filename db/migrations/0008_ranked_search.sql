@@ -20,7 +20,9 @@ ALTER TABLE capability_versions ADD COLUMN search_vector tsvector GENERATED ALWA
     || setweight(to_tsvector('english'::regconfig, capreg_search_words(capreg_join_words(tags))), 'B')
     || setweight(to_tsvector('english'::regconfig, capreg_search_words(description)), 'C')
 ) STORED;
-CREATE INDEX capability_versions_search ON capability_versions USING gin (search_vector);
+-- fastupdate off: a search never scans a pending list of recent inserts (the registry is read far
+-- more than it is written; publishing pays the index update instead).
+CREATE INDEX capability_versions_search ON capability_versions USING gin (search_vector) WITH (fastupdate = off);
 
 -- A word and every string one deleted character away from it. Two words one typing error apart
 -- (substitution, insertion, deletion, adjacent transposition) always share one of these, so a GIN
@@ -47,7 +49,7 @@ CREATE TABLE search_words (
     word     text   PRIMARY KEY,
     variants text[] NOT NULL
 );
-CREATE INDEX search_words_variants ON search_words USING gin (variants);
+CREATE INDEX search_words_variants ON search_words USING gin (variants) WITH (fastupdate = off);
 
 INSERT INTO search_words (word, variants)
 SELECT w, capreg_one_deletions(w)

@@ -21,6 +21,11 @@ from registry.client.results import (
     Instance,
     Interface,
     Introspection,
+    Excluded,
+    Offer,
+    OfferInstance,
+    Offers,
+    OfferWhy,
     Registration,
     Revocation,
     Ticket,
@@ -32,6 +37,6 @@ from registry.client.verifier import TicketVerifier
 __all__ = [
     "Agent", "Approval", "AsyncKeepAlive", "AsyncRegistry", "AuditEvent", "Capability", "CapabilityDetail",
     "CapabilityRef", "CapregError", "Checkpoint", "Endpoints", "ErrorDetail", "Grant", "Heartbeat", "Instance",
-    "Interface", "Introspection", "KeepAlive", "KeepAliveState", "Registration", "Registry", "Revocation", "Ticket",
+    "Interface", "Introspection", "KeepAlive", "KeepAliveState", "Excluded", "Offer", "OfferInstance", "Offers", "OfferWhy", "Registration", "Registry", "Revocation", "Ticket",
     "TicketClaims", "TicketVerifier", "ToolList", "parse_ref",
 ]

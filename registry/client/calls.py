@@ -32,6 +32,7 @@ from registry.client.results import (
     Grant,
     Heartbeat,
     Introspection,
+    Offers,
     Registration,
     Revocation,
     Ticket,
@@ -259,6 +260,25 @@ def mint_ticket(
         return approval_reader.decode(raw) if status == 202 else ticket_reader.decode(raw)
 
     return Call("POST", "/v1/tickets", read, body=_json(body), headers=headers)
+
+
+def offers(
+    need: str | None, *, skill: str | None, tags: Iterable[str] | None, region: str | None,
+    side_effect_max: str | None, limit: int | None, ticket: Mapping[str, Any] | None,
+) -> Call:
+    """POST /v1/offers. `ticket` as the request's `ticket` object (camelCase keys; `ttl` and
+    `on_behalf_of` are accepted too)."""
+    body: dict[str, Any] = {}
+    for key, value in (("need", need), ("skill", skill), ("region", region), ("sideEffectMax", side_effect_max),
+                       ("limit", limit)):
+        if value is not None:
+            body[key] = value
+    if tags:
+        body["tags"] = [tags] if isinstance(tags, str) else list(tags)
+    if ticket is not None:
+        names = {"ttl": "ttlSeconds", "ttl_seconds": "ttlSeconds", "on_behalf_of": "onBehalfOf", "max_depth": "maxDepth"}
+        body["ticket"] = {names.get(k, k): (v.split() if k == "scopes" and isinstance(v, str) else v) for k, v in ticket.items()}
+    return Call("POST", "/v1/offers", _decoding(Offers), body=_json(body), headers={"Content-Type": "application/json"})
 
 
 def approval(approval_id: str) -> Call:

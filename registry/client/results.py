@@ -251,3 +251,53 @@ class TicketClaims(Result):
 class Page(msgspec.Struct, rename="camel", kw_only=True):
     items: list[Any]
     next_cursor: str | None = None
+
+
+class OfferInstance(Result):
+    """The live instance an offer suggests calling: the agent's least loaded."""
+
+    instance_id: str
+    url: str | None = None
+    load: float | None = None
+    expires_at: datetime | None = None
+
+
+class OfferWhy(Result):
+    """The parts of an offer's score, each in [0, 1], higher is better."""
+
+    relevance: float = 0.0
+    risk: float = 0.0
+    load: float = 0.0
+    slo: float = 0.0
+
+
+class Offer(Result):
+    """One answer of POST /v1/offers: a capability the caller may call now, and where."""
+
+    ref: str
+    agent: str
+    id: str
+    version: str
+    name: str = ""
+    side_effect: str = "none"
+    requires_approval: bool = False
+    score: float = 0.0
+    why: OfferWhy = msgspec.field(default_factory=OfferWhy)
+    instance: OfferInstance | None = None
+    ticket: Ticket | None = None
+    approval: Approval | None = None
+    # The problem body POST /v1/tickets answered when the ticket asked for was refused.
+    ticket_error: dict[str, Any] | None = None
+
+
+class Excluded(Result):
+    """Capabilities the caller can see that matched but were not offered, by first reason."""
+
+    scope: int = 0
+    region: int = 0
+    unhealthy: int = 0
+
+
+class Offers(Result):
+    offers: list[Offer] = []
+    excluded: Excluded = msgspec.field(default_factory=Excluded)

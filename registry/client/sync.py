@@ -34,6 +34,7 @@ from registry.client.results import (
     Introspection,
     Registration,
     Revocation,
+    Offers,
     Ticket,
 )
 
@@ -124,6 +125,16 @@ class Registry(RegistryBase):
             q=q, tag=tag, skill=skill, sideEffectMax=side_effect_max, region=region, health=health, agent=agent,
             tenant=tenant, status=status, versions=versions, limit=limit,
         ))
+
+    def offers(self, need: str | None = None, *, skill: str | None = None, tags: Iterable[str] | None = None,
+               region: str | None = None, side_effect_max: str | None = None, limit: int | None = None,
+               ticket: Mapping[str, Any] | None = None) -> Offers:
+        """Ranked offers for a need (POST /v1/offers): capabilities the caller may call now, each with
+        its least-loaded live instance; with `ticket` ({"scopes": [...], "ttlSeconds": ...}) the first
+        offer carries a ticket, an approval or the refusal. A request with `ticket` is not retried
+        (it has no Idempotency-Key, so a retry could mint twice)."""
+        return self._call(calls.offers(need, skill=skill, tags=tags, region=region, side_effect_max=side_effect_max,
+                                       limit=limit, ticket=ticket), retries=ticket is None)
 
     def detail(self, ref: str) -> CapabilityDetail:
         """Schemas, examples and endpoints of "tenant/agent/skill@version-or-range" (default latest)."""
