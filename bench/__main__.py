@@ -546,15 +546,10 @@ def main(argv: list[str] | None = None) -> int:
             run("ard_search", "ARD search (text, page of 10)", [
                 {"method": "POST", "path": "/ard/search", "headers": ard_json,
                  "body": json.dumps({"query": {"text": noun}, "pageSize": 10})} for noun in nouns])
-            run("ard_search_filtered", "ARD search (text + tags + sideEffectMax)", [
-                {"method": "POST", "path": "/ard/search", "headers": ard_json,
-                 "body": json.dumps({"query": {"text": noun, "filter": {"tags": domain, "metadata.capreg.sideEffectMax": "write"}}})}
-                for domain in sorted(data.DOMAINS) for noun in data.DOMAINS[domain]])
             run("ard_explore", "ARD explore (text; tags and publisher facets)", [
                 {"method": "POST", "path": "/ard/explore", "headers": ard_json,
                  "body": json.dumps({"query": {"text": noun}, "resultType": {"facets": [{"field": "tags"}, {"field": "publisher"}]}})}
                 for noun in nouns])
-            run("ard_list", "ARD list, first page of 20", [{"method": "GET", "path": "/ard/agents"}])
         else:
             unavailable("ard_search", "ARD search (text, page of 10)", "POST /ard/search not served")
 

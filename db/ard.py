@@ -2,7 +2,7 @@
 relevance or identifier order, the public rows of a page's entries, and facet counts, all in SQL.
 
 The matched set is discovery's (db.capabilities.visible_agents_filter and IN_FORCE, the latest version of
-each skill): an agent is an entry when discovery shows the caller at least one of its capabilities,
+each skill, read per agent through capability_versions_order): an agent is an entry when discovery shows the caller at least one of its capabilities,
 and filters and text are decided on those latest versions, as `versions=latest` decides them.
 """
 
@@ -51,15 +51,20 @@ class TextMatch(msgspec.Struct, frozen=True):
 
 
 def _terms(bind: Bind, text: TextMatch) -> str:
-    return f"""SELECT to_tsquery('english', {bind(text.any_query)}) AS any_q,
-                      ARRAY(SELECT to_tsquery('english', x) FROM unnest({bind(text.word_queries)}::text[]) AS x) AS word_qs,
-                      ARRAY(SELECT to_tsquery('english', x) FROM unnest({bind(text.head_queries)}::text[]) AS x) AS head_qs"""
+    """One tsquery per word (and per word restricted to id, name and tags), parsed once."""
+    columns = [f"to_tsquery('english', {bind(text.any_query)}) AS any_q"]
+    for i, (word_query, head_query) in enumerate(zip(text.word_queries, text.head_queries)):
+        columns.append(f"to_tsquery('english', {bind(word_query)}) AS w{i}")
+        columns.append(f"to_tsquery('english', {bind(head_query)}) AS h{i}")
+    return "SELECT " + ", ".join(columns)
 
 
 def _score(text: TextMatch) -> str:
     # db.ranked_search.ranked's score, over the same plan (tests/test_ard.py holds the orders equal).
-    return f"""((SELECT count(*) FROM unnest(t.word_qs) AS x WHERE c.search_vector @@ x) * {len(text.word_queries) + 1}
-               + (SELECT count(*) FROM unnest(t.head_qs) AS x WHERE c.search_vector @@ x))::int"""
+    words = len(text.word_queries)
+    matched = " + ".join(f"(c.search_vector @@ t.w{i})::int" for i in range(words))
+    head = " + ".join(f"(c.search_vector @@ t.h{i})::int" for i in range(words))
+    return f"(({matched}) * {words + 1} + ({head}))"
 
 
 class EntryFilter(msgspec.Struct, frozen=True, kw_only=True):
@@ -84,11 +89,21 @@ def _like(text: str) -> str:
     return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
+def latest_versions(alias: str, columns: str) -> str:
+    """The in-force latest version of each skill of agent row `alias`, read in the order of
+    capability_versions_order (no sort), as discovery's `versions=latest` chooses it."""
+    return f"""SELECT DISTINCT ON (c.skill_id) {columns}
+                 FROM capability_versions c
+                WHERE c.tenant = {alias}.tenant AND c.agent_id = {alias}.agent_id AND {IN_FORCE}
+                ORDER BY c.skill_id, c.prerelease, c.version_key DESC"""
+
+
 def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text: TextMatch | None) -> str:
-    """`latest` (each visible agent's in-force latest version per skill) and `matched` (one row per
-    entry: tenant, agent_id, capabilities, side_effect_rank, score), as WITH items. With text, only
-    agents with a matching in-force version (the GIN index on search_vector) are read at all."""
-    agent_filters = [visible_agents_filter(viewer_tenant, bind), IN_FORCE]
+    """`matched` (one row per entry: tenant, agent_id, capabilities, side_effect_rank, score) as WITH
+    items. Each candidate agent's latest versions are read through the index, per agent, and
+    aggregated there; with text, only agents with a matching in-force version (the GIN index on
+    search_vector) are candidates at all."""
+    agent_filters = [visible_agents_filter(viewer_tenant, bind)]
     if where.agent is not None:
         agent_filters.append(f"a.tenant = {bind(where.agent[0])} AND a.agent_id = {bind(where.agent[1])}")
     if where.tenants is not None:
@@ -107,42 +122,44 @@ def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text
     if where.health is not None:
         agent_filters.append(f"{HEALTH_SQL} = ANY ({bind(list(where.health))}::text[])")
 
-    text_columns = ", true AS text_match, 0 AS relevance"
-    sources = "agents a JOIN capability_versions c ON c.tenant = a.tenant AND c.agent_id = a.agent_id"
+    match, relevance = "true", "0"
+    sources = "agents a"
     prelude = ""
     if text is not None:
-        text_columns = f", c.search_vector @@ t.any_q AS text_match, {_score(text)} AS relevance"
+        match = "c.search_vector @@ t.any_q"
+        relevance = f"CASE WHEN c.search_vector @@ t.any_q THEN {_score(text)} ELSE 0 END"
         prelude = f"""t AS MATERIALIZED ({_terms(bind, text)}),
         hits AS MATERIALIZED (
             SELECT DISTINCT c.tenant, c.agent_id FROM capability_versions c, t
              WHERE c.search_vector @@ t.any_q AND {IN_FORCE}), """
-        sources = ("hits h CROSS JOIN t JOIN agents a ON a.tenant = h.tenant AND a.agent_id = h.agent_id"
-                   " JOIN capability_versions c ON c.tenant = a.tenant AND c.agent_id = a.agent_id")
+        sources = "hits h JOIN agents a ON a.tenant = h.tenant AND a.agent_id = h.agent_id CROSS JOIN t"
 
-    entry_filters = ["bool_or(l.text_match)"]
+    entry_filters = ["s.text_match"]
+    aggregates = []
     if where.tags is not None:
-        entry_filters.append(f"bool_or(l.tags && {bind(list(where.tags))}::text[])")
+        aggregates.append(f"bool_or(l.tags && {bind(list(where.tags))}::text[]) AS has_tag")
+        entry_filters.append("s.has_tag")
     if where.capabilities is not None:
-        entry_filters.append(f"bool_or(l.skill_id = ANY ({bind(list(where.capabilities))}::text[]))")
+        aggregates.append(f"bool_or(l.skill_id = ANY ({bind(list(where.capabilities))}::text[])) AS has_capability")
+        entry_filters.append("s.has_capability")
     if where.side_effect_max is not None:
-        entry_filters.append(f"max(l.side_effect_rank) <= {bind(where.side_effect_max)}")
+        entry_filters.append(f"s.side_effect_rank <= {bind(where.side_effect_max)}")
     if where.regions is not None:
-        entry_filters.append(
-            f"bool_or(cardinality(l.data_regions) = 0 OR l.data_regions && {bind(list(where.regions))}::text[])"
+        aggregates.append(
+            f"bool_or(cardinality(l.data_regions) = 0 OR l.data_regions && {bind(list(where.regions))}::text[]) AS has_region"
         )
-    return f"""{prelude}latest AS (
-        SELECT DISTINCT ON (c.tenant, c.agent_id, c.skill_id)
-               c.tenant, c.agent_id, c.skill_id, c.tags, c.side_effect_rank, c.data_regions{text_columns}
+        entry_filters.append("s.has_region")
+    latest = latest_versions("a", f"c.skill_id, c.tags, c.side_effect_rank, c.data_regions, {match} AS text_match, {relevance} AS relevance")
+    return f"""{prelude}matched AS (
+        SELECT a.tenant, a.agent_id, s.capabilities, s.side_effect_rank, s.score
           FROM {sources}
-         WHERE {" AND ".join(agent_filters)}
-         ORDER BY c.tenant, c.agent_id, c.skill_id, c.prerelease, c.version_key DESC
-    ), matched AS (
-        SELECT l.tenant, l.agent_id, array_agg(l.skill_id ORDER BY l.skill_id) AS capabilities,
-               max(l.side_effect_rank) AS side_effect_rank,
-               max(l.relevance) FILTER (WHERE l.text_match) AS score
-          FROM latest l
-         GROUP BY l.tenant, l.agent_id
-        HAVING {" AND ".join(entry_filters)}
+         CROSS JOIN LATERAL (
+               SELECT array_agg(l.skill_id ORDER BY l.skill_id) AS capabilities,
+                      max(l.side_effect_rank) AS side_effect_rank,
+                      max(l.relevance) FILTER (WHERE l.text_match) AS score,
+                      bool_or(l.text_match) AS text_match{"".join(", " + x for x in aggregates)}
+                 FROM ({latest}) l) s
+         WHERE {" AND ".join(agent_filters + entry_filters)}
     )"""
 
 
@@ -222,20 +239,22 @@ async def entry_rows(conn: asyncpg.Connection, keys: Sequence[tuple[str, str]]) 
     )
 
 
-# Facet fields and the SQL of their (value, count) groups over `latest` and `matched`.
+# Facet fields and the SQL of their (value, count) groups over `matched`.
 def _facet_groups(field: str, publisher: str) -> str:
-    per_entry = "count(DISTINCT (l.tenant, l.agent_id))"
-    joined = "latest l JOIN matched m ON m.tenant = l.tenant AND m.agent_id = l.agent_id"
+    def per_entry(column: str) -> str:  # each value once per entry, over its latest versions
+        return (f"SELECT v AS value, count(*) AS n FROM matched m CROSS JOIN LATERAL (SELECT DISTINCT v FROM"
+                f" ({latest_versions('m', 'c.' + column)}) l CROSS JOIN unnest(l.{column}) v) x GROUP BY v")
+
     return {
         "type": f"SELECT '{A2A_CARD_TYPE}'::text AS value, count(*) AS n FROM matched HAVING count(*) > 0",
-        "tags": f"SELECT t AS value, {per_entry} AS n FROM {joined} CROSS JOIN unnest(l.tags) t GROUP BY t",
+        "tags": per_entry("tags"),
         "capabilities": "SELECT v AS value, count(*) AS n FROM matched m CROSS JOIN unnest(m.capabilities) v GROUP BY v",
         "publisher": f"SELECT {publisher} AS value, count(*) AS n FROM matched m GROUP BY m.tenant",
         "version": "SELECT a.version AS value, count(*) AS n FROM matched m JOIN agents a"
                    " ON a.tenant = m.tenant AND a.agent_id = m.agent_id GROUP BY a.version",
         "metadata.capreg.sideEffectMax": "SELECT (ARRAY['none', 'idempotent', 'write', 'destructive'])[m.side_effect_rank + 1] AS value,"
                                          " count(*) AS n FROM matched m GROUP BY m.side_effect_rank",
-        "metadata.capreg.dataRegions": f"SELECT r AS value, {per_entry} AS n FROM {joined} CROSS JOIN unnest(l.data_regions) r GROUP BY r",
+        "metadata.capreg.dataRegions": per_entry("data_regions"),
         "metadata.capreg.health": f"SELECT h.health AS value, count(*) AS n FROM (SELECT {HEALTH_SQL} AS health FROM matched m"
                                   " JOIN agents a ON a.tenant = m.tenant AND a.agent_id = m.agent_id) h GROUP BY h.health",
     }[field]

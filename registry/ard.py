@@ -9,6 +9,7 @@ registry.problems answers in ARD's envelope on /ard/*.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import ipaddress
@@ -427,17 +428,39 @@ class Answer(msgspec.Struct):
 _encoder = msgspec.json.Encoder()
 
 
+# Questions being answered now, per process: concurrent askers of the same question share one
+# computation instead of each running the same queries (a cache entry expiring under load).
+_IN_FLIGHT: dict[tuple, asyncio.Future] = {}
+
+
 async def cached_answer(registry: Registry, key: tuple, compute: Callable[[], Awaitable[Answer]]) -> CachedResponse:
     """The encoded answer for `key` (the question: endpoint, caller's view, registry URL, request
-    bytes) from the per-process response cache (exact: registry.response_cache), else computed."""
-    entry = registry.responses.get(key, registry.watcher.cache_seq(), time.monotonic())
-    if entry is None:
-        answer = await compute()
-        body = _encoder.encode(answer.body)
-        expires = expiry(time.monotonic(), datetime.now(timezone.utc), answer.boundaries,
-                         max_age=1.0 if answer.short else DEFAULT_MAX_AGE)
-        entry = CachedResponse(body=body, etag=etag_of(body), seq=answer.seq, expires=expires)
-        registry.responses.put(key, entry, registry.watcher.cache_seq())
+    bytes) from the per-process response cache (exact: registry.response_cache), else computed
+    once for everyone asking it at the same moment (in its own task, so one asker leaving cancels
+    nothing for the others)."""
+    seq = registry.watcher.cache_seq()
+    entry = registry.responses.get(key, seq, time.monotonic())
+    if entry is not None:
+        return entry
+    if seq is None:  # caching is off (the change listener is reconnecting): every question on its own
+        return await _computed(registry, key, compute)
+    # Only a computation started at the same change sequence is joined: a question asked after a
+    # change this process knows of (its own writes included) never gets an answer from before it.
+    flight_key = (key, seq)
+    flight = _IN_FLIGHT.get(flight_key)
+    if flight is None:
+        flight = _IN_FLIGHT[flight_key] = asyncio.ensure_future(_computed(registry, key, compute))
+        flight.add_done_callback(lambda _: _IN_FLIGHT.pop(flight_key, None))
+    return await asyncio.shield(flight)
+
+
+async def _computed(registry: Registry, key: tuple, compute: Callable[[], Awaitable[Answer]]) -> CachedResponse:
+    answer = await compute()
+    body = _encoder.encode(answer.body)
+    expires = expiry(time.monotonic(), datetime.now(timezone.utc), answer.boundaries,
+                     max_age=1.0 if answer.short else DEFAULT_MAX_AGE)
+    entry = CachedResponse(body=body, etag=etag_of(body), seq=answer.seq, expires=expires)
+    registry.responses.put(key, entry, registry.watcher.cache_seq())
     return entry
 
 
