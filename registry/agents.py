@@ -7,6 +7,7 @@ db/capabilities.py.
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import datetime, timezone
 
@@ -36,6 +37,8 @@ from registry.registration import (
 from registry.response_cache import CachedResponse, etag_of, expiry
 from registry.state import Registry
 from registry.tracing import current_request_id
+
+log = logging.getLogger("capreg")
 
 REGISTERED = "agent.registered"
 PUBLISHED = "version.published"
@@ -150,6 +153,15 @@ async def visible_card(
     names its JWKS); 404 otherwise. The card is the same for everyone who may see it: cached per
     process with its signature (keyed by the registry URLs it names, which come from
     `Registry.public_url`), the visibility check runs every time."""
+    entry = await public_card_entry(registry, tenant, agent_id, base_url=base_url, jku=jku)
+    return _visible(caller, tenant, entry)
+
+
+async def public_card_entry(
+    registry: Registry, tenant: str, agent_id: str, *, base_url: str, jku: str
+) -> CachedResponse | None:
+    """The encoded, signed public card of an agent whoever may see it (None: no such agent), from
+    the per-process cache; visibility is the caller's to check (`visible_card`)."""
     key = ("agent-card", base_url, jku)
     entry = registry.responses.get(key, registry.watcher.cache_seq(), time.monotonic())
     if entry is None:
@@ -158,7 +170,7 @@ async def visible_card(
             agent = await agent_queries.get_agent(conn, tenant, agent_id)
             rows = await capability_queries.latest_per_skill(conn, tenant, agent_id, detail=True) if agent else []
         if agent is None:
-            raise refused(not_found("agent"))
+            return None
         card = public_agent_card(agent["card"], [capability_version(row) for row in rows], base_url=base_url)
         card = await registry.card_signatures.sign(card, registry.keyring, jku=jku)
         body = msgspec.json.encode(card)
@@ -168,7 +180,17 @@ async def visible_card(
             extra=(agent["visibility"], tuple(agent["shared_with"])),
         )
         registry.responses.put(key, entry, registry.watcher.cache_seq())
-    return _visible(caller, tenant, entry)
+    return entry
+
+
+async def sign_new_card(registry: Registry, tenant: str, agent_id: str, *, base_url: str, jku: str) -> None:
+    """After a registration changed something, sign the agent's new public card at once (a
+    background task after the answer): the card version is signed once, here, and its first
+    readers are answered from the signature cache instead of paying for the signing."""
+    try:
+        await public_card_entry(registry, tenant, agent_id, base_url=base_url, jku=jku)
+    except Exception as exc:  # an optimisation only: the first reader signs instead
+        log.warning("signing the new card of %s/%s failed: %r", tenant, agent_id, exc)
 
 
 async def skill_versions(

@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 
 import msgspec
 from litestar import Request, Response, get, post, put
+from litestar.background_tasks import BackgroundTask
 from litestar.params import PathParameter
 
 from auth.policy import PUBLISH_SCOPE
@@ -105,9 +106,14 @@ async def register_agent(
     )
     entry = await agents.agent_view_entry(registry, tenant, agent_id)
     refs = _encoder.encode({"published": result.published, "unchanged": result.unchanged, "candidates": result.candidates})
+    registry_url = registry.public_url(request)
+    sign_card = BackgroundTask(
+        agents.sign_new_card, registry, tenant, agent_id, base_url=f"{registry_url}/v1/agents/{tenant}/{agent_id}",
+        jku=jwks_url(registry_url),
+    )
     return Response(
         b'{"agent":' + entry.body + b"," + refs[1:], status_code=201 if result.created else 200,
-        media_type="application/json",
+        media_type="application/json", background=sign_card,
     )
 
 
