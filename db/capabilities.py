@@ -273,6 +273,17 @@ async def fixtures_of(
     return fixtures or []
 
 
+async def version_status(
+    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str, skill_id: str, version: str
+) -> str | None:
+    """The version's status (None if there is no such version)."""
+    return await conn.fetchval(
+        """SELECT status FROM capability_versions
+            WHERE tenant = $1 AND agent_id = $2 AND skill_id = $3 AND version = $4""",
+        tenant, agent_id, skill_id, version,
+    )
+
+
 async def replay_subject(
     conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str, skill_id: str, version: str
 ) -> asyncpg.Record | None:

@@ -94,6 +94,8 @@ def fixture_errors(skill: SkillRegistration, base: str, *, schemas_valid: bool) 
     """Why the skill's fixtures are not acceptable (empty when they are); `base` is the skill's
     pointer (`/skills/0`). Inputs and expected outputs are validated against the version's own
     schemas only when those are valid (`schemas_valid`), else their own errors say enough."""
+    if not skill.fixtures:
+        return []  # no schema compiled twice for the (usual) version without fixtures
     errors: list[ErrorItem] = []
     seen: set[str] = set()
     bound = SIDE_EFFECT_ORDER[skill.side_effect]

@@ -152,7 +152,7 @@ async def verdicts(registry: Registry, caller: Caller, key: VersionKey, *, trace
         raise await refusing(refused(refusal))
     if (error := _exact(key)) is not None:
         raise await refusing(error)
-    if await capability_queries.replay_subject(registry.pool, key.tenant, key.agent_id, key.skill_id, key.version) is None:
+    if await capability_queries.version_status(registry.pool, key.tenant, key.agent_id, key.skill_id, key.version) is None:
         raise await refusing(refused(NOT_FOUND))
     rows = await replay_queries.replays_of(
         registry.pool, key.tenant, key.agent_id, key.skill_id, key.version, limit=MAX_LISTED

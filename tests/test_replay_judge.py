@@ -115,3 +115,26 @@ def test_judge_report_validates_outputs_against_the_schema():
     problems, failures = judge_report([fixture], bad, schema)
     assert problems == [] and [(f.fixture, f.kind) for f in failures] == [("a", "output")]
     assert "outputSchema" in failures[0].message
+
+
+# --- Who may know of a candidate (auth.policy) -----------------------------------------------------
+
+tenants = st.sampled_from(["acme", "globex", "initech"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(owner=tenants, viewer=tenants, visibility=st.sampled_from(["public", "tenant"]), shared=st.booleans(),
+       exact=st.booleans(), attest=st.booleans())
+def test_a_candidate_exists_only_for_its_own_tenant(owner, viewer, visibility, shared, exact, attest):
+    from auth.policy import NOT_FOUND, CapabilityGate, check_attest, decide_release
+    from auth.principal import Caller
+
+    caller = Caller(tenant=viewer, sub="ci", scopes=frozenset({"registry:attest"} if attest else set()))
+    gate = CapabilityGate(tenant=owner, visibility=visibility, shared_with=(viewer,) if shared else (), status="candidate")
+    released = decide_release(caller, gate, exact_version=exact)
+    attested = check_attest(caller, owner)
+    if viewer != owner:  # shared or public makes no difference: for anyone else it does not exist
+        assert released == NOT_FOUND and attested == NOT_FOUND
+    else:
+        assert released is None
+        assert attested is None if attest else attested.code == "insufficient_scope"
