@@ -35,34 +35,52 @@ async def inclusion_proof(registry: Registry, tenant: str) -> AuditProof:
     does not cover yet (or a checkpoint whose key left the JWKS) gets the heads signed now. 404 when
     the tenant's chain has no entry."""
     await registry.refresh_keyring()
-    row = await checkpoint_queries.latest_checkpoint(registry.pool, with_heads=True)
-    heads = checkpoint_queries.covered_heads(row) if row is not None else []
-    chains = [head[0] for head in heads]
-    if tenant not in chains or row["kid"] not in registry.keyring.public:
+    row = await checkpoint_queries.latest_checkpoint(registry.pool)
+    tree = await _tree(registry, row)
+    if tenant not in tree.index or row["kid"] not in registry.keyring.public:
         if not await _has_entries(registry, tenant):
             raise not_found(f"tenant {tenant}'s audit chain has no entries yet")
         await sign_checkpoint_now(registry)
-        row = await checkpoint_queries.latest_checkpoint(registry.pool, with_heads=True)
-        heads = checkpoint_queries.covered_heads(row)
-        chains = [head[0] for head in heads]
-        if tenant not in chains:
+        row = await checkpoint_queries.latest_checkpoint(registry.pool)
+        tree = await _tree(registry, row)
+        if tenant not in tree.index:
             raise not_found(f"tenant {tenant}'s audit chain has no entries yet")
-    index = chains.index(tenant)
-    if len(heads) > _INLINE_LEAVES:
-        path = await asyncio.to_thread(_path, heads, index)
-    else:
-        path = _path(heads, index)
-    _, chain_seq, digest = heads[index]
+    index = tree.index[tenant]
+    _, chain_seq, digest = tree.heads[index]
     return AuditProof(
         chain=tenant, chain_seq=chain_seq, hash=digest, checkpoint=checkpoint_from_row(row),
-        audit_path=[node.hex() for node in path], index=index,
+        audit_path=[node.hex() for node in merkle.path_from_levels(tree.levels, index)], index=index,
     )
+
+
+class _Tree:
+    """One checkpoint's tree: its heads, each chain's leaf index, and every level of hashes."""
+
+    def __init__(self, root: str | None, heads: list[tuple[str, int, str]]):
+        self.root = root
+        self.heads = heads
+        self.index = {head[0]: n for n, head in enumerate(heads)}
+        self.levels = merkle.tree_levels([merkle.leaf_hash(merkle.leaf_bytes(*head)) for head in heads]) if heads else [[]]
+
+
+_EMPTY = _Tree(None, [])
+
+
+async def _tree(registry: Registry, row) -> _Tree:
+    """The tree of checkpoint `row`, built once per process and root (the latest only is kept): a
+    proof then costs O(log n), and the heads are read from the database once per checkpoint."""
+    if row is None or row["root"] is None:
+        return _EMPTY
+    cached = registry.audit_tree
+    if cached is not None and cached.root == row["root"]:
+        return cached
+    full = await checkpoint_queries.checkpoint_with_root(registry.pool, row["root"])
+    heads = checkpoint_queries.covered_heads(full)
+    tree = await asyncio.to_thread(_Tree, row["root"], heads) if len(heads) > _INLINE_LEAVES else _Tree(row["root"], heads)
+    registry.audit_tree = tree
+    return tree
 
 
 async def _has_entries(registry: Registry, tenant: str) -> bool:
     head = await audit_queries.chain_head(registry.pool, tenant)
     return head is not None and head[0] > 0
-
-
-def _path(heads: list[tuple[str, int, str]], index: int) -> list[bytes]:
-    return merkle.inclusion_path([merkle.leaf_hash(merkle.leaf_bytes(*head)) for head in heads], index)

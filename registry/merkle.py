@@ -63,6 +63,32 @@ def inclusion_path(leaves: Sequence[bytes], index: int) -> list[bytes]:
     return path
 
 
+def tree_levels(leaves: Sequence[bytes]) -> list[list[bytes]]:
+    """Every level of the tree, leaves first, root last (a lone last node is carried up unchanged):
+    built once per checkpoint, then each inclusion path is read from it in O(log n)."""
+    levels = [list(leaves)]
+    while len(levels[-1]) > 1:
+        level = levels[-1]
+        paired = [node_hash(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            paired.append(level[-1])
+        levels.append(paired)
+    return levels
+
+
+def path_from_levels(levels: Sequence[Sequence[bytes]], index: int) -> list[bytes]:
+    """The same path as `inclusion_path`, read from `tree_levels`."""
+    if not 0 <= index < len(levels[0]):
+        raise IndexError(f"leaf {index} is not in a tree of {len(levels[0])}")
+    path = []
+    for level in levels[:-1]:
+        sibling = index ^ 1
+        if sibling < len(level):
+            path.append(level[sibling])
+        index >>= 1
+    return path
+
+
 def root_from_path(index: int, size: int, leaf: bytes, path: Sequence[bytes]) -> bytes | None:
     """The root a proof leads to from hashed `leaf` at `index` in a tree of `size`, or None when the
     proof cannot belong to such a tree (RFC 9162 section 2.1.3.2)."""

@@ -70,6 +70,8 @@ class Registry:
         # GET /v1/audit/chain: running checks per chain, last answers, callers' last fresh check
         # (registry.chain_checks).
         self.chain_checks = ChainChecks()
+        # The latest checkpoint's Merkle tree, built once per root for GET /v1/audit/proof (registry.audit_proof).
+        self.audit_tree = None
 
     @property
     def verified(self):

@@ -190,3 +190,43 @@ async def test_single_row_writes_share_one_insert_and_a_bad_row_fails_alone(prob
     assert await stored(db, tenant) == {"taken", "savepointed"} | {f"r{n}" for n in range(20)}
     refs = sorted(r["ref"] for r in await events(db, tenant))
     assert refs == sorted([f"{tenant}/r{n}" for n in range(20)] + [f"{tenant}/savepointed"])
+
+
+async def test_writes_to_different_chains_never_wait_for_each_other(writes, db):
+    """One chain's head row held (as a slow batch on another replica holds it until commit): writes
+    to another chain commit meanwhile; the held chain's write commits once it is released."""
+    busy, free = "gc" + secrets.token_hex(4), "gc" + secrets.token_hex(4)
+
+    def event(tenant: str) -> AuditEvent:
+        return AuditEvent(type="probe.event", outcome="allowed", tenant=tenant, actor_tenant=tenant)
+
+    await writes.record([event(busy)])  # both chains exist
+    await writes.record([event(free)])
+    holder = await db.acquire()
+    try:
+        transaction = holder.transaction()
+        await transaction.start()
+        await holder.execute("SELECT 1 FROM audit_chain_heads WHERE chain = $1 FOR UPDATE", busy)
+        waiting = asyncio.ensure_future(writes.record([event(busy)]))
+        await asyncio.wait_for(asyncio.gather(*[writes.record([event(free)]) for _ in range(20)]), timeout=20)
+        assert not waiting.done()  # the held chain waits for its own head, and only it
+        await transaction.rollback()
+    finally:
+        await db.release(holder)
+    await asyncio.wait_for(waiting, timeout=20)
+    counts = dict(await db.fetch(
+        "SELECT chain, max(chain_seq) FROM audit_events WHERE chain = ANY($1::text[]) GROUP BY chain", [busy, free]
+    ))
+    assert counts == {busy: 2, free: 21}
+
+
+async def test_an_event_of_two_tenants_is_one_entry_in_each_chain_in_one_transaction(writes, db, tenant, other_tenant):
+    await writes.record([AuditEvent(type="probe.event", outcome="allowed", tenant=other_tenant, actor_tenant=other_tenant)])
+    await writes.record([AuditEvent(type="ticket.granted", outcome="allowed", tenant=other_tenant, actor_tenant=tenant,
+                                    actor="router", ref=f"{other_tenant}/a/s@1.0.0")])
+    rows = await db.fetch(
+        "SELECT chain, chain_seq, event_id, at, type, ref FROM audit_events WHERE chain = ANY($1::text[]) AND type = 'ticket.granted'",
+        [tenant, other_tenant],
+    )
+    assert sorted((r["chain"], r["chain_seq"]) for r in rows) == sorted([(tenant, 1), (other_tenant, 2)])
+    assert len({(r["event_id"], r["at"], r["type"], r["ref"]) for r in rows}) == 1

@@ -9,7 +9,16 @@ import hashlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from registry.merkle import heads_root, inclusion_path, leaf_bytes, leaf_hash, root_from_path, tree_hash
+from registry.merkle import (
+    heads_root,
+    inclusion_path,
+    leaf_bytes,
+    leaf_hash,
+    path_from_levels,
+    root_from_path,
+    tree_hash,
+    tree_levels,
+)
 
 
 def reference_mth(leaves: list[bytes]) -> bytes:
@@ -83,3 +92,13 @@ def test_a_changed_leaf_index_size_or_path_fails(leaves, data):
         assert root_from_path(index, size, hashed[index], path[:-1]) != root
     assert root_from_path(index, size, hashed[index], [*path, hashed[0]]) != root
     assert root_from_path(size, size, hashed[index], path) is None
+
+
+@settings(max_examples=100)
+@given(leaves_strategy)
+def test_paths_read_from_the_cached_levels_are_the_rfc_paths(leaves):
+    hashed = [leaf_hash(leaf) for leaf in leaves]
+    levels = tree_levels(hashed)
+    assert levels[-1] == [tree_hash(hashed)]
+    for index in range(len(leaves)):
+        assert path_from_levels(levels, index) == inclusion_path(hashed, index)

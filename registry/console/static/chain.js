@@ -16,7 +16,7 @@ const decodeJson = (part) => JSON.parse(new TextDecoder().decode(b64urlBytes(par
 
 /**
  * Verify a checkpoint's compact JWS with the JWKS: header typ and alg, kid in the key set, the
- * Ed25519 signature, and the signed seq, hash and at equal to the ones beside it.
+ * Ed25519 signature, and the signed seq, hash, at, root and chains equal to the ones beside it.
  * Resolves {ok: true} / {ok: false, why}, or {ok: null, why} when this browser cannot check Ed25519.
  */
 export async function verifyInBrowser(checkpoint, jwks) {
@@ -37,8 +37,9 @@ export async function verifyInBrowser(checkpoint, jwks) {
   const valid = await crypto.subtle.verify({ name: "Ed25519" }, key, b64urlBytes(parts[2]),
     new TextEncoder().encode(`${parts[0]}.${parts[1]}`));
   if (!valid) return { ok: false, why: "the signature does not verify" };
-  if (payload.seq !== checkpoint.seq || payload.hash !== checkpoint.hash || payload.at !== checkpoint.at) {
-    return { ok: false, why: "seq, hash or at differ from the signed ones" };
+  if (payload.seq !== checkpoint.seq || payload.hash !== checkpoint.hash || payload.at !== checkpoint.at
+      || (payload.root ?? null) !== (checkpoint.root ?? null) || (payload.chains ?? null) !== (checkpoint.chains ?? null)) {
+    return { ok: false, why: "seq, hash, at, root or chains differ from the signed ones" };
   }
   if (header.kid !== checkpoint.kid) return { ok: false, why: "kid differs from the signature's key id" };
   return { ok: true };
@@ -61,7 +62,9 @@ export async function render(root, params, ctx) {
   const browser = await verifyInBrowser(checkpoint, jwks);
   const signatureBox = el("section", { class: "signature" },
     el("h3", {}, "Latest signed checkpoint"),
-    el("dl", {}, field("seq", String(checkpoint.seq)), field("hash", checkpoint.hash), field("signed at", time(checkpoint.at)),
+    el("dl", {}, field("seq", String(checkpoint.seq)), field("hash", checkpoint.hash),
+      field("root", checkpoint.root ?? "(none: signed before chains per tenant)"), field("chains", String(checkpoint.chains ?? "")),
+      field("signed at", time(checkpoint.at)),
       field("key id", checkpoint.kid)),
     browser.ok === null
       ? el("p", { class: "verdict unknown" }, `Not checked in the browser: ${browser.why}; see the registry's check below.`)
