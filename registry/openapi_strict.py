@@ -52,5 +52,23 @@ def strict_components(document: dict[str, Any]) -> dict[str, Any]:
     _, rendered = msgspec.json.schema_components(renderable, ref_template=_REF_TEMPLATE)
     for name, schema in rendered.items():
         if name in components or name in {cls.__name__ for cls in renderable}:
+            _keep_formats(components.get(name, {}), schema)
             components[name] = schema
     return document
+
+
+def _format_of(schema: dict[str, Any]) -> str | None:
+    if "format" in schema:
+        return schema["format"]
+    return next((sub["format"] for key in ("oneOf", "anyOf") for sub in schema.get(key, []) if "format" in sub), None)
+
+
+def _keep_formats(litestar_schema: dict[str, Any], schema: dict[str, Any]) -> None:
+    """msgspec leaves out `format: date-time` on some datetime fields; litestar's rendering has it."""
+    for prop, old in litestar_schema.get("properties", {}).items():
+        new = schema.get("properties", {}).get(prop)
+        if new is None or (found := _format_of(old)) is None or _format_of(new) is not None:
+            continue
+        for branch in [new, *new.get("anyOf", []), *new.get("oneOf", [])]:
+            if branch.get("type") == "string":
+                branch["format"] = found
