@@ -449,7 +449,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replicas", type=int, default=0,
                         help="run the several-replicas scenario instead (bench/replicas.py): N capreg serve on one PostgreSQL")
     parser.add_argument("--rounds", type=int, default=3, help="with --replicas: registrations of each agent (default 3)")
+    parser.add_argument("--noisy-neighbour", action="store_true",
+                        help="run the noisy-neighbour scenario instead (bench/noisy_neighbour.py): one tenant's p99 beside another's costliest requests")
+    parser.add_argument("--quiet-connections", type=int, default=4, help="with --noisy-neighbour: the quiet tenant's connections (default 4)")
     args = parser.parse_args(argv)
+    if args.noisy_neighbour:
+        from bench import noisy_neighbour
+
+        return noisy_neighbour.main(args)
     if args.replicas:
         from bench import replicas
 

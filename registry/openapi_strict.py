@@ -52,35 +52,23 @@ def strict_components(document: dict[str, Any]) -> dict[str, Any]:
     _, rendered = msgspec.json.schema_components(renderable, ref_template=_REF_TEMPLATE)
     for name, schema in rendered.items():
         if name in components or name in {cls.__name__ for cls in renderable}:
-            if name in components:
-                _keep_formats(components[name], schema)
+            _keep_formats(components.get(name, {}), schema)
             components[name] = schema
     return document
 
 
-def _string_format(schema: Any) -> str | None:
-    """The `format` of a string schema, or of the string branch of an `anyOf`/`oneOf`."""
-    if not isinstance(schema, dict):
-        return None
-    if schema.get("type") == "string" and "format" in schema:
+def _format_of(schema: dict[str, Any]) -> str | None:
+    if "format" in schema:
         return schema["format"]
-    for key in ("anyOf", "oneOf"):
-        for branch in schema.get(key, []):
-            found = _string_format(branch)
-            if found:
-                return found
-    return None
+    return next((sub["format"] for key in ("oneOf", "anyOf") for sub in schema.get(key, []) if "format" in sub), None)
 
 
-def _keep_formats(litestar_schema: dict[str, Any], msgspec_schema: dict[str, Any]) -> None:
-    """msgspec renders a datetime as a bare string; litestar says `format: date-time`. Keep the format
-    (clients and schemathesis generate date-times from it) on each property's string branch."""
-    before = litestar_schema.get("properties", {})
-    for key, prop in msgspec_schema.get("properties", {}).items():
-        wanted = _string_format(before.get(key))
-        if not wanted or _string_format(prop):
+def _keep_formats(litestar_schema: dict[str, Any], schema: dict[str, Any]) -> None:
+    """msgspec leaves out `format: date-time` on some datetime fields; litestar's rendering has it."""
+    for prop, old in litestar_schema.get("properties", {}).items():
+        new = schema.get("properties", {}).get(prop)
+        if new is None or (found := _format_of(old)) is None or _format_of(new) is not None:
             continue
-        branches = prop.get("anyOf") or prop.get("oneOf") or [prop]
-        for branch in branches:
-            if isinstance(branch, dict) and branch.get("type") == "string":
-                branch["format"] = wanted
+        for branch in [new, *new.get("anyOf", []), *new.get("oneOf", [])]:
+            if branch.get("type") == "string":
+                branch["format"] = found

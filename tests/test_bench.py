@@ -64,3 +64,19 @@ def test_the_benchmark_runs_end_to_end_at_a_tiny_size(tmp_path):
     assert results["instances_per_worker"]["rps"] == results["heartbeat"]["rps"] * 30
     assert "public first page (limit 50)" in report["explain"]
     assert "req/s" in run.stdout
+
+
+async def test_the_noisy_neighbours_requests_are_slow_but_allowed(client, mint, tenant):
+    """bench/noisy_neighbour.py's costliest requests are accepted, or stopped only by the deadline on a
+    busy machine (so the scenario measures work, never a refusal of their shape)."""
+    from bench.noisy_neighbour import _skill, exponential_validation, slow_patterns
+
+    publisher = mint(tenant, "noisy", "registry:publish registry:read")
+    card = {"name": "Heavy", "description": "Slow schemas.", "version": "1.0.0", "skills": [_skill(exponential_validation(22))]}
+    assert (await client.put(f"/v1/agents/{tenant}/heavy", json=card, headers=publisher)).status_code == 201
+    validated = await client.post(f"/v1/agents/{tenant}/heavy/skills/heavy.skill/versions/1.0.0/validate",
+                                  json={"arguments": {"x": 5}, "mode": "strict"}, headers=publisher)
+    assert validated.status_code == 200 and validated.json()["valid"] is False, validated.text
+    compared = await client.post("/v1/compatibility", headers=publisher,
+                                 json={"old": _skill(slow_patterns(12)), "new": _skill(slow_patterns(13), "1.1.0")})
+    assert compared.status_code == 200 or "took more than" in compared.json()["detail"], compared.text
