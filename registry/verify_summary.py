@@ -22,7 +22,7 @@ def _intact_summary(events: int, head_seq: int, checkpoint_seqs: Iterable[int]) 
     if events == 0:
         return ("audit chain intact: the log is empty (no events yet), so there is nothing to check; "
                 "the server signs a checkpoint as soon as there are events")
-    span = f"all {events} events (seq 1 to {head_seq})" if events == head_seq else f"{events} events up to seq {head_seq}"
+    span = f"{events} events (seq 1 to {head_seq})" if events == head_seq else f"{events} events up to seq {head_seq}"
     line = (f"audit chain intact: {span} re-hashed and each linked to the one before, up to the head row, "
             "so none was altered, reordered or removed")
     covering = sorted({seq for seq in checkpoint_seqs if seq > 0})

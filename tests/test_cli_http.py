@@ -24,9 +24,6 @@ def test_register_discover_detail_and_tickets(live_server, mint, tenant):
                         "--agent-id", "billing-agent")
     assert registered.stdout.count("\n") == 1
     assert f"{tenant}/billing-agent registered (201, something new): published invoice.lookup@2.0.0" in registered.stdout
-    again = capreg(publisher, "register", str(EXAMPLES / "billing-agent.json"), "--tenant", tenant,
-                   "--agent-id", "billing-agent", "--json")
-    assert json.loads(again.stdout)["unchanged"] and not json.loads(again.stdout)["published"]
 
     router = _env(live_server, mint, tenant, "router", "registry:read invoice:read", regions=["eu"])
     table = capreg(router, "discover", "--tenant", tenant, "--tag", "finance")
@@ -99,6 +96,9 @@ def _on_a_terminal(env: dict, *args: str, columns: int = 80) -> str:
 def test_piped_output_is_plain_rows_and_a_terminal_gets_unbroken_refs(live_server, mint, tenant):
     publisher = _env(live_server, mint, tenant, "publisher", "registry:publish")
     capreg(publisher, "register", str(EXAMPLES / "billing-agent.json"), "--tenant", tenant, "--agent-id", "billing-agent")
+    again = capreg(publisher, "register", str(EXAMPLES / "billing-agent.json"), "--tenant", tenant,
+                   "--agent-id", "billing-agent", "--json")
+    assert json.loads(again.stdout)["unchanged"] and not json.loads(again.stdout)["published"]
     router = {**_env(live_server, mint, tenant, "router", "registry:read invoice:read", regions=["eu"]), "COLUMNS": "80"}
     piped = capreg(router, "discover", "--tenant", tenant).stdout.splitlines()
     header, *rows = piped

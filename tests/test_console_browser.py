@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import secrets
 import shutil
 import time
@@ -33,6 +34,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-c
                  "--no-first-run"]
 HOSTILE = "<img src=x onerror=alert(1)>"
 SCREENSHOTS = os.environ.get("CAPREG_SCREENSHOTS")
+WIDTH = 1280  # a common laptop screen: tables must stay readable at this width
 
 
 def _missing_browser() -> str | None:
@@ -159,7 +161,7 @@ class Tab:
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def tab(browser, server):
-    context = await browser.new_context(viewport={"width": 1360, "height": 860})
+    context = await browser.new_context(viewport={"width": WIDTH, "height": 860})
     page = await context.new_page()
     opened = Tab(page, server)
 
@@ -359,6 +361,11 @@ async def test_the_schema_page_renders_offline(server, tab):
     await tab.page.locator(".opblock-summary-path", has_text="/v1/audit/grants").first.click()
     await expect(tab.page.locator(".opblock-body").first).to_be_visible()
     await tab.screenshot("schema")
+    # The bearer-JWT scheme gives Swagger UI its Authorize button; operations are grouped by area.
+    await expect(tab.page.locator(".swagger-ui button.authorize").first).to_be_visible()
+    for area in ("agents", "discovery", "release", "versions", "tickets", "approvals", "audit", "ops"):
+        await expect(tab.page.locator(f".opblock-tag[data-tag='{area}']")).to_be_visible()
+    assert await tab.page.locator(".opblock-tag[data-tag='default']").count() == 0
     assert set(tab.hosts) == {server.host}
     assert tab.errors == []  # no script or style refused by the policy
 
@@ -438,3 +445,57 @@ async def test_thousands_of_grants_are_paged_and_the_page_stays_responsive(serve
     latency = await tab.page.evaluate("""() => new Promise((resolve) => {
         const start = performance.now(); setTimeout(() => resolve(performance.now() - start), 0); })""")
     assert latency < 200
+
+
+# Every identifier element in a table that occupies more than one line box, or may wrap.
+_BROKEN_TOKENS = """(selector) => {
+  const broken = [];
+  for (const node of document.querySelectorAll(`${selector} .token, ${selector} td.time, ${selector} td.ref, ${selector} td.ref a`)) {
+    const wraps = getComputedStyle(node).whiteSpace !== "nowrap";
+    const lines = new Set(Array.from(node.getClientRects()).map((r) => Math.round(r.top))).size;
+    if (wraps || lines > 1) broken.push(`${node.textContent} (${wraps ? "may wrap" : lines + " lines"})`);
+  }
+  return broken;
+}"""
+
+
+async def test_at_1280_px_no_token_breaks_across_lines(server, tab):
+    """Refs, actors, scopes and times stay on one line in the grants and events tables; times are
+    relative with the exact time in a tooltip; trace ids are short with a copy button."""
+    assert tab.page.viewport_size["width"] == WIDTH
+    tenant = fresh_tenant()
+    await server.register(tenant, "billing-agent", example("billing-agent.json"))
+    for _ in range(3):
+        minted = await server.mint_ticket(tenant, onBehalfOf="user-19", resources=["invoice:inv-2026-091", "invoice:inv-2026-092"])
+        assert minted.status_code == 201
+    assert (await server.mint_ticket(tenant, scopes=["invoice:write"])).status_code == 403
+    token = await auditor(server, tenant, "registry:admin")
+
+    await tab.open("grants", token)
+    await expect(tab.page.locator("tr.grant")).to_have_count(3)
+    assert await tab.page.evaluate(_BROKEN_TOKENS, "table.grants") == []
+    ref = tab.page.locator("tr.grant td.ref a").first
+    assert (await ref.bounding_box())["height"] < 24  # one line of text
+    issued = tab.page.locator("tr.grant td.time time").first
+    assert re.fullmatch(r"\d+ s ago|\d+ min ago", await issued.inner_text())
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", await issued.get_attribute("title"))
+    assert (await tab.page.locator("tr.grant td.time time").nth(1).inner_text()).startswith("in ")
+    table = await tab.page.locator("table.grants").bounding_box()
+    assert table["x"] + table["width"] <= WIDTH  # revoke buttons included: nothing hidden sideways
+
+    await tab.open("events")
+    await expect(tab.page.locator("tr.event").first).to_be_visible()
+    assert await tab.page.evaluate(_BROKEN_TOKENS, "table.events") == []
+    trace = tab.page.locator("tr.event td.trace code").first
+    full = await trace.get_attribute("title")
+    assert re.fullmatch(r"[0-9a-f]{32}", full) and await trace.inner_text() == full[:8] + "…"
+    # The whole table fits the window: nothing to scroll sideways for, and nothing broken to fit.
+    table = await tab.page.locator("table.events").bounding_box()
+    assert table["x"] + table["width"] <= WIDTH
+    await tab.page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    await tab.page.locator("tr.event td.trace button.copy").first.click()
+    await expect(tab.page.locator("tr.event td.trace button.copy").first).to_have_text(re.compile("Copied|Select"))
+
+    icon = await server.http.get("/favicon.ico")
+    assert icon.status_code == 200 and icon.headers["content-type"] == "image/x-icon" and icon.content[:4] == b"\x00\x00\x01\x00"
+    assert tab.errors == []  # no 404 for the favicon either

@@ -92,7 +92,7 @@ def _answer(message: dict[str, Any]) -> Response:
     dependencies=body_schema(JsonRpcRequest),
 )
 async def a2a_json_rpc(request: Request, tenant: TenantPath, agent_id: AgentPath) -> Response:
-    caller = await optional_caller(request)  # a presented token must be valid, whatever the method
+    await optional_caller(request)  # a presented token must be valid (401 otherwise), whatever the method
     try:
         call = a2a_rpc.read_call(await _bounded_body(request))
         a2a_rpc.check_version(request.headers.get("a2a-version"), call.id)
@@ -100,7 +100,7 @@ async def a2a_json_rpc(request: Request, tenant: TenantPath, agent_id: AgentPath
             raise a2a_rpc.unsupported(call)
     except RpcError as error:
         return _answer(a2a_rpc.error_message(error))
-    del caller  # serve_extended_card authenticates (401 without a token) from the same request state
+    # Authenticates again from the same request state (verified once): 401 without a token.
     card = await serve_extended_card(request, tenant, agent_id)
     return _answer(a2a_rpc.result_message(call.id, card))
 

@@ -87,8 +87,18 @@ class OfflineSwaggerRenderPlugin(SwaggerRenderPlugin):
 </html>""".encode()
 
 
+_FAVICON = (CONSOLE_DIR / "static" / "favicon.ico").read_bytes()
+
+
+@get("/favicon.ico", include_in_schema=False)
+async def favicon() -> Response[bytes]:
+    """Browsers ask every origin for one (the console, /schema): answered, not a 404 in their consoles."""
+    return Response(_FAVICON, media_type="image/x-icon", headers={"Cache-Control": "public, max-age=86400"})
+
+
 ROUTES = [
     console_page,
+    favicon,
     create_static_files_router("/console/static", [CONSOLE_DIR / "static"], name="console-static"),
     create_static_files_router(SWAGGER_ASSETS, [swagger_ui_path], name="swagger-ui-assets"),
 ]

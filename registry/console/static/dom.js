@@ -107,3 +107,41 @@ export class Pager {
         { disabled: !this.next, class: "next" }));
   }
 }
+
+/** A point in time shown as "3 min ago" / "in 4 min", the exact UTC time in its tooltip. */
+export function when(iso) {
+  if (!iso) return "";
+  const exact = time(iso);
+  if (Number.isNaN(new Date(iso).getTime())) return exact;
+  return el("time", { class: "when", datetime: exact, title: exact }, relative(iso));
+}
+
+/** Identifiers (refs, actors, scopes, jtis) as unbreakable tokens: a line may break between two
+ *  tokens, never inside one. */
+export function tokens(values, separator = " ") {
+  const list = (Array.isArray(values) ? values : [values]).filter((v) => v !== undefined && v !== null && v !== "");
+  const nodes = [];
+  list.forEach((value, index) => {
+    if (index > 0) nodes.push(separator);
+    nodes.push(el("span", { class: "token" }, value));
+  });
+  return nodes;
+}
+
+/** A long id shortened to its first characters, the whole id in the tooltip and a copy button. */
+export function shortId(id, keep = 8) {
+  if (!id) return "";
+  const value = String(id);
+  const copy = button("Copy", async (event) => {
+    const control = event.currentTarget;
+    try {
+      await navigator.clipboard.writeText(value);
+      control.textContent = "Copied";
+    } catch {
+      control.textContent = "Select";  // no clipboard access: show the whole id to select by hand
+      control.previousSibling.textContent = value;
+    }
+  }, { class: "copy", title: `copy ${value}`, "aria-label": `copy trace id ${value}` });
+  return el("span", { class: "short-id" },
+    el("code", { class: "token", title: value }, value.length > keep ? `${value.slice(0, keep)}…` : value), copy);
+}

@@ -3,7 +3,7 @@
 // (GET /v1/audit/events/hourly) drawn as SVG.
 
 import { api, TokenRefused, withQuery } from "./api.js";
-import { button, el, filterForm, Pager, replace, svg, time } from "./dom.js";
+import { button, el, filterForm, Pager, replace, shortId, svg, time, tokens, when } from "./dom.js";
 
 const FIELDS = [
   { name: "outcome", label: "Outcome", options: [["", "any"], ["denied", "denied"], ["allowed", "allowed"]] },
@@ -22,16 +22,16 @@ function eventsTable(items) {
   const rows = document.createDocumentFragment();
   for (const e of items) {
     rows.append(el("tr", { class: e.outcome === "denied" ? "event denied" : "event" },
-      el("td", {}, String(e.seq)),
-      el("td", {}, time(e.at)),
-      el("td", {}, e.type),
-      el("td", { class: "outcome" }, e.outcome),
-      el("td", {}, e.reason ?? ""),
-      el("td", {}, `${e.actorTenant ?? "?"}/${e.actor ?? "?"}`),
-      el("td", {}, e.onBehalfOf ?? ""),
-      el("td", {}, e.ref ?? ""),
-      el("td", {}, (e.scopes || []).join(" ")),
-      el("td", { class: "trace" }, e.traceId ?? "")));
+      el("td", { class: "token" }, String(e.seq)),
+      el("td", { class: "time" }, when(e.at)),
+      el("td", { class: "token" }, e.type),
+      el("td", { class: "outcome token" }, e.outcome),
+      el("td", { class: "token" }, e.reason ?? ""),
+      el("td", { class: "token" }, `${e.actorTenant ?? "?"}/${e.actor ?? "?"}`),
+      el("td", { class: "token" }, e.onBehalfOf ?? ""),
+      el("td", { class: "ref" }, e.ref ?? ""),
+      el("td", {}, tokens(e.scopes || [])),
+      el("td", { class: "trace" }, shortId(e.traceId))));
   }
   body.append(rows);
   return el("table", { class: "events" },

@@ -3,7 +3,7 @@
 // revocation (POST /v1/tickets/{jti}/revoke) for registry:admin holders.
 
 import { api, holds, TokenRefused, withQuery } from "./api.js";
-import { button, el, filterForm, Pager, relative, replace, time } from "./dom.js";
+import { button, el, filterForm, Pager, replace, tokens, when } from "./dom.js";
 
 const FIELDS = [
   { name: "skill", label: "Capability", placeholder: "invoice.pay" },
@@ -68,14 +68,14 @@ export function grantsTable(items, ctx) {
     const detail = el("tr", { class: "detail", hidden: true }, el("td", { colspan: 10 }, chainView(grant)));
     const actionCell = el("td", { class: "actions" });
     const row = el("tr", { class: grant.active ? "grant" : "grant inactive", "data-jti": grant.jti },
-      el("td", {}, el("a", { href: `#capability?id=${encodeURIComponent(skill)}` }, grant.ref)),
-      el("td", {}, grant.actor),
-      el("td", {}, grant.onBehalfOf ?? "—"),
-      el("td", {}, grant.audience),
-      el("td", {}, (grant.scopes || []).join(" ")),
-      el("td", {}, (grant.resources || []).length ? grant.resources.join(" ") : "any"),
-      el("td", { title: time(grant.issuedAt) }, time(grant.issuedAt)),
-      el("td", { title: time(grant.expiresAt) }, relative(grant.expiresAt)),
+      el("td", { class: "ref" }, el("a", { href: `#capability?id=${encodeURIComponent(skill)}` }, grant.ref)),
+      el("td", { class: "token" }, grant.actor),
+      el("td", { class: "token" }, grant.onBehalfOf ?? "—"),
+      el("td", { class: "token" }, grant.audience),
+      el("td", {}, tokens(grant.scopes || [])),
+      el("td", {}, (grant.resources || []).length ? tokens(grant.resources) : "any"),
+      el("td", { class: "time" }, when(grant.issuedAt)),
+      el("td", { class: "time" }, when(grant.expiresAt)),
       el("td", { class: "status" }, grant.active ? "active" : "inactive"),
       actionCell);
     const toggle = button("Chain", () => { detail.hidden = !detail.hidden; }, { class: "show-chain" });
