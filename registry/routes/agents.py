@@ -127,7 +127,7 @@ async def get_agent(request: Request, tenant: TenantPath, agent_id: AgentPath) -
 async def get_agent_card(request: Request, tenant: TenantPath, agent_id: AgentPath) -> Response[dict]:
     registry = registry_of(request)
     caller = await optional_caller(request)
-    base_url = f"{registry.public_url(request)}/v1/agents/{tenant}/{agent_id}"
+    base_url = f"{registry.public_url()}/v1/agents/{tenant}/{agent_id}"
     entry = await agents.visible_card(registry, caller, tenant, agent_id, base_url=base_url)
     return Response(entry.body, media_type="application/json")
 

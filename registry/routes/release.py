@@ -87,7 +87,7 @@ async def get_extended_agent_card(request: Request, tenant: TenantPath, agent_id
     caller = await authenticate(request)
     return await release.extended_card(
         registry, caller, tenant=tenant, agent_id=agent_id,
-        base_url=f"{registry.public_url(request)}/v1/agents/{tenant}/{agent_id}", trace_id=trace_id_of(request),
+        base_url=f"{registry.public_url()}/v1/agents/{tenant}/{agent_id}", trace_id=trace_id_of(request),
     )
 
 
