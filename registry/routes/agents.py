@@ -149,7 +149,7 @@ async def list_skill_versions(
     "/v1/agents/{tenant:str}/{agent_id:str}/heartbeat",
     status_code=200,
     summary="Renew an instance's liveness lease",
-    responses=problem_responses(400, 401, 403, 404),
+    responses=problem_responses(400, 401, 403, 404, 409),
     dependencies=body_schema(Heartbeat),
 )
 async def heartbeat(request: Request, tenant: TenantPath, agent_id: AgentPath) -> HeartbeatResponse:
