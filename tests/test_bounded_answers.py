@@ -17,6 +17,7 @@ from auth.tickets import MAX_TICKET_LENGTH, CapClaim, encoded_ticket_length, new
 from db import housekeeping as housekeeping_queries
 from registry.records import MAX_EXAMPLES, MAX_REGIONS, MAX_SCOPES, MAX_SKILLS, MAX_TAGS
 from tests.conftest import example
+from tests.test_mcp import post, rpc
 from tests.ticket_support import register, skill, ticket_body
 
 BILLING = example("billing-agent.json")
@@ -139,6 +140,13 @@ async def test_detail_lists_at_most_50_instances_least_loaded_first_with_the_tot
     loads = [i["load"] for i in endpoints["instances"]]
     assert loads == sorted(loads) and loads[0] == 0.0
     assert len(detail.content) < 20_000
+    # The same bound through MCP (tickets decide from the same bounded rows, registry.skill_records).
+    reader = mint(tenant, "r", "registry:read")
+    answer = await post(client, rpc("tools/call", {"name": "get_capability",
+                                                   "arguments": {"ref": f"{tenant}/billing-agent/invoice.lookup"}}), reader)
+    assert answer.status_code == 200 and len(answer.content) < 40_000
+    structured = answer.json()["result"]["structuredContent"]
+    assert structured["endpoints"] == endpoints
 
 
 async def test_lapsed_leases_are_pruned_keeping_each_agents_newest(client, mint, tenant, db, registry):

@@ -140,3 +140,15 @@ async def test_registration_with_a_refused_url_applies_nothing(client, mint, ten
     problem = response.json()
     assert problem["code"] == "invalid_request" and pointer in [e["path"] for e in problem["errors"]]
     assert await db.fetchval("SELECT count(*) FROM agents WHERE tenant = $1", tenant) == 0
+
+
+def test_the_settings_are_read_and_checked():
+    from registry.config import load_settings
+
+    settings = load_settings({"CAPREG_ALLOW_LOOPBACK_URLS": "0", "CAPREG_MAX_INSTANCES": "7", "CAPREG_CACHE_BUDGET": "1048576"})
+    assert (settings.allow_loopback_urls, settings.max_instances, settings.cache_budget) == (False, 7, 1048576)
+    assert not loopback_urls_allowed(settings)
+    defaults = load_settings({})
+    assert (defaults.allow_loopback_urls, defaults.max_instances, defaults.cache_budget) == (None, 1000, 64 * 1024 * 1024)
+    with pytest.raises(SystemExit, match="CAPREG_ALLOW_LOOPBACK_URLS"):
+        load_settings({"CAPREG_ALLOW_LOOPBACK_URLS": "yes"})
