@@ -98,6 +98,7 @@ def flooded_server(database_url, monkeypatch):
     shutil.rmtree(home, ignore_errors=True)
 
 
+@pytest.mark.timeout(400)  # a real server and about 700 requests: minutes on a loaded 2-core machine
 async def test_a_worker_stays_within_its_cache_budget_under_floods_of_distinct_keys(flooded_server, mint, tenant):
     process, base = flooded_server
     publisher = mint(tenant, "p", "registry:publish")
@@ -114,9 +115,9 @@ async def test_a_worker_stays_within_its_cache_budget_under_floods_of_distinct_k
         before = _tree_rss(process.pid)
         started = time.monotonic()
         # Discovery: regions no capability lists share one entry; every page size is a distinct big page.
-        for n in range(60):
+        for n in range(40):
             assert http.get("/v1/capabilities", params={"tenant": tenant, "region": f"r{n}", "limit": 200}).status_code == 200
-            assert http.get("/v1/capabilities", params={"tenant": tenant, "limit": 141 + n}).status_code == 200
+            assert http.get("/v1/capabilities", params={"tenant": tenant, "limit": 161 + n}).status_code == 200
         # Public cards: the Host header never makes another entry.
         for n in range(100):
             assert http.get(f"/v1/agents/{tenant}/big-b/.well-known/agent-card.json",
@@ -125,7 +126,7 @@ async def test_a_worker_stays_within_its_cache_budget_under_floods_of_distinct_k
         for n in range(200):
             http.get(f"/v1/agents/{tenant}/big-{'ab'[n % 2]}/skills/big.s{n:03d}/versions/latest", headers=reader)
         # Verified tokens: distinct long tokens.
-        for n in range(300):
+        for n in range(200):
             token = mint(tenant, f"flood-{n}", [f"scope-{n}-{k}:" + "y" * 100 for k in range(100)])
             assert http.get("/v1/capabilities", params={"limit": 1}, headers=token).status_code == 200
         after = _tree_rss(process.pid)
