@@ -16,6 +16,7 @@ Pure: no I/O; callers pass the keyring and `now`.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Any
@@ -31,7 +32,12 @@ TICKET_ALGORITHM = "EdDSA"
 REQUIRED_TICKET_CLAIMS = [
     "iss", "sub", "aud", "act", "tenant", "scope", "cap", "resources", "iat", "nbf", "exp", "jti", "depth", "maxDepth",
 ]
-_MAX_TICKET_LENGTH = 16 * 1024
+# The longest ticket anything accepts (the verifiers here and in registry.client, introspection and
+# re-delegation): a ticket longer than this is never minted (docs/api.md#request-a-ticket).
+MAX_TICKET_LENGTH = 16 * 1024
+_MAX_TICKET_LENGTH = MAX_TICKET_LENGTH
+# An EdDSA (Ed25519) signature is 64 bytes: 86 base64url characters.
+_SIGNATURE_CHARS = 86
 _CLOCK_SKEW = 5
 
 
@@ -104,6 +110,18 @@ def ticket_claims(
         max_depth=grant.max_depth,
         parent=grant.parent,
     )
+
+
+def _b64_length(n: int) -> int:
+    return (4 * n + 2) // 3  # unpadded base64url
+
+
+def encoded_ticket_length(claims: TicketClaims, *, kid: str) -> int:
+    """The length `sign_ticket` will give these claims, computed without signing: the header and
+    payload as PyJWT encodes them (compact JSON), and a fixed-size EdDSA signature."""
+    header = json.dumps({"alg": TICKET_ALGORITHM, "kid": kid, "typ": TICKET_TYPE}, separators=(",", ":"), sort_keys=True)
+    payload = json.dumps(claims.as_dict(), separators=(",", ":"))
+    return _b64_length(len(header.encode())) + 1 + _b64_length(len(payload.encode())) + 1 + _SIGNATURE_CHARS
 
 
 def sign_ticket(keyring: Keyring, claims: TicketClaims) -> str:

@@ -56,8 +56,14 @@ class VerifiedTokens:
     key takes every token it signed with it, seen before or not. Least recently used entries go first.
     """
 
-    def __init__(self, max_entries: int = 10_000):
+    # What one entry keeps alive besides its token string: the Caller or claims and the tuple.
+    ENTRY_OVERHEAD = 1024
+
+    def __init__(self, max_entries: int = 10_000, max_bytes: int = 8 * 1024 * 1024):
         self.max_entries = max_entries
+        # Tokens may be up to 16 KiB each: bounded in bytes too (a part of CAPREG_CACHE_BUDGET).
+        self.max_bytes = max_bytes
+        self.bytes = 0
         self._entries: OrderedDict[str, tuple[str, Any, str, str, float]] = OrderedDict()
 
     def get(self, token: str, kind: str, now: float, key_present) -> Any | None:
@@ -69,15 +75,19 @@ class VerifiedTokens:
             return None
         if exp <= now or not key_present(iss, kid):
             del self._entries[token]
+            self.bytes -= len(token) + self.ENTRY_OVERHEAD
             return None
         self._entries.move_to_end(token)
         return value
 
     def put(self, token: str, kind: str, value: Any, *, iss: str, kid: str, exp: float) -> None:
+        if token not in self._entries:
+            self.bytes += len(token) + self.ENTRY_OVERHEAD
         self._entries[token] = (kind, value, iss, kid, exp)
         self._entries.move_to_end(token)
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+        while self._entries and (len(self._entries) > self.max_entries or self.bytes > self.max_bytes):
+            oldest, _ = self._entries.popitem(last=False)
+            self.bytes -= len(oldest) + self.ENTRY_OVERHEAD
 
     def __len__(self) -> int:
         return len(self._entries)

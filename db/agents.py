@@ -86,16 +86,31 @@ class RenewedLease(NamedTuple):
     tenant: str
     agent_id: str
     instance_id: str
-    expires_at: datetime
+    # None when the lease was refused: the agent already has its maximum of live instances.
+    expires_at: datetime | None
     # The change-feed seq recorded because the agent had no live lease before (its health flipped
     # to healthy), else None.
     change_seq: int | None
 
 
-async def renew_leases(conn: asyncpg.Connection, renewals: list[LeaseRenewal], channel: str) -> list[RenewedLease]:
-    """Upsert many instance leases, and log a change for every agent whose health flips to healthy,
-    in one statement: atomic and durable on its own, one round trip and one commit whatever the
-    batch size. Agents that are not registered get no row and are absent from the answer.
+# An instance whose lease ends within this margin may have lapsed by the time the renewal
+# statement runs: its agent is locked as for a new instance (see renew_leases).
+_LAPSE_MARGIN = "5 seconds"
+
+
+async def renew_leases(
+    conn: asyncpg.Connection, renewals: list[LeaseRenewal], channel: str, *, max_instances: int
+) -> list[RenewedLease]:
+    """Upsert many instance leases, and log a change for every agent whose health flips to healthy:
+    one commit whatever the batch size. Agents that are not registered get no row and are absent
+    from the answer; a new instance (no live lease) of an agent that has `max_instances` live ones
+    is refused (`expires_at` None) and nothing is written for it. A live lease is always renewed.
+
+    The bound holds across concurrent batches: a batch with a new instance first locks those
+    agents' rows (in key order, `FOR NO KEY UPDATE`, which registrations' and instances' foreign-key
+    checks do not wait for), then counts and writes in a statement whose snapshot is taken after
+    the lock, so it sees every lease a batch that held the lock before committed. Batches that
+    only renew live leases take no lock: one statement, as before.
 
     `renewals` must not repeat an instance (ON CONFLICT updates a row once per statement); rows are
     written in key order, then the change head, so concurrent batches lock in one order. Every
@@ -105,56 +120,97 @@ async def renew_leases(conn: asyncpg.Connection, renewals: list[LeaseRenewal], c
     """
     if not renewals:
         return []
-    rows = await conn.fetch(
-        """WITH input AS (
-               SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::float8[])
-                          AS t(tenant, agent_id, instance_id, url, ttl, load)
-           ), revived AS (
-               SELECT DISTINCT i.tenant, i.agent_id FROM input i
-                WHERE NOT EXISTS (SELECT 1 FROM agent_instances x
-                                   WHERE x.tenant = i.tenant AND x.agent_id = i.agent_id AND x.expires_at > now())
-           ), renewed AS (
-               INSERT INTO agent_instances AS x (tenant, agent_id, instance_id, url, load, expires_at, last_seen_at, updated_at)
-               SELECT i.tenant, i.agent_id, i.instance_id, i.url, i.load, now() + make_interval(secs => i.ttl), now(), now()
-                 FROM input i JOIN agents a ON a.tenant = i.tenant AND a.agent_id = i.agent_id
-                ORDER BY i.tenant, i.agent_id, i.instance_id
-               ON CONFLICT (tenant, agent_id, instance_id) DO UPDATE
-                  SET url = coalesce(EXCLUDED.url, x.url), load = EXCLUDED.load, expires_at = EXCLUDED.expires_at,
-                      last_seen_at = EXCLUDED.last_seen_at, updated_at = EXCLUDED.updated_at
-               RETURNING x.tenant, x.agent_id, x.instance_id, x.expires_at
-           ), flipped AS (
-               SELECT DISTINCT r.tenant, r.agent_id FROM renewed r JOIN revived v USING (tenant, agent_id)
-           ), head AS (
-               UPDATE change_head SET seq = seq + (SELECT count(*) FROM flipped)
-                WHERE id = 1 AND EXISTS (SELECT 1 FROM flipped)
-               RETURNING seq
-           ), numbered AS (
-               SELECT f.tenant, f.agent_id,
-                      (SELECT seq FROM head) - count(*) OVER () + row_number() OVER (ORDER BY f.tenant, f.agent_id) AS seq
-                 FROM flipped f
-           ), logged AS (
-               INSERT INTO changes (seq, kind, tenant, agent_id, ref, at)
-               SELECT n.seq, 'agent.health', n.tenant, n.agent_id, n.tenant || '/' || n.agent_id, now()
-                 FROM numbered n WHERE n.seq IS NOT NULL
-               RETURNING seq, tenant, agent_id
-           ), notified AS (
-               -- Delivered on commit: other processes drop cached views and wake long-polls.
-               SELECT pg_notify($7, max(seq)::text) FROM logged HAVING count(*) > 0
-           )
-           SELECT r.tenant, r.agent_id, r.instance_id, r.expires_at, l.seq AS change_seq
-             FROM renewed r LEFT JOIN logged l ON l.tenant = r.tenant AND l.agent_id = r.agent_id
-            WHERE (SELECT count(*) FROM notified) >= 0""",
-        *(list(column) for column in zip(*renewals)), channel,
-    )
+    columns = [list(column) for column in zip(*renewals)]
+    async with conn.transaction():
+        await conn.execute(
+            f"""SELECT 1 FROM agents a
+                 WHERE (a.tenant, a.agent_id) IN (
+                       SELECT u.tenant, u.agent_id FROM unnest($1::text[], $2::text[], $3::text[]) AS u(tenant, agent_id, instance_id)
+                        WHERE NOT EXISTS (SELECT 1 FROM agent_instances x
+                                           WHERE x.tenant = u.tenant AND x.agent_id = u.agent_id AND x.instance_id = u.instance_id
+                                             AND x.expires_at > now() + interval '{_LAPSE_MARGIN}'))
+                 ORDER BY a.tenant, a.agent_id
+                   FOR NO KEY UPDATE OF a""",
+            columns[0], columns[1], columns[2],
+        )
+        rows = await conn.fetch(
+            """WITH input AS (
+                   SELECT t.*, (x.instance_id IS NOT NULL) AS live
+                     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::float8[])
+                              AS t(tenant, agent_id, instance_id, url, ttl, load)
+                     JOIN agents a ON a.tenant = t.tenant AND a.agent_id = t.agent_id
+                     LEFT JOIN agent_instances x ON x.tenant = t.tenant AND x.agent_id = t.agent_id
+                                                AND x.instance_id = t.instance_id AND x.expires_at > now()
+               ), live_counts AS (
+                   SELECT x.tenant, x.agent_id, count(*) AS n FROM agent_instances x
+                    WHERE (x.tenant, x.agent_id) IN (SELECT tenant, agent_id FROM input) AND x.expires_at > now()
+                    GROUP BY x.tenant, x.agent_id
+               ), ranked AS (
+                   SELECT i.*, coalesce(c.n, 0) + row_number() OVER (
+                              PARTITION BY i.tenant, i.agent_id, i.live ORDER BY i.instance_id) AS would_be
+                     FROM input i LEFT JOIN live_counts c ON c.tenant = i.tenant AND c.agent_id = i.agent_id
+               ), admitted AS (
+                   SELECT * FROM ranked WHERE live OR would_be <= $8
+               ), refused AS (
+                   SELECT * FROM ranked WHERE NOT (live OR would_be <= $8)
+               ), revived AS (
+                   SELECT DISTINCT i.tenant, i.agent_id FROM admitted i
+                    WHERE NOT EXISTS (SELECT 1 FROM agent_instances x
+                                       WHERE x.tenant = i.tenant AND x.agent_id = i.agent_id AND x.expires_at > now())
+               ), renewed AS (
+                   INSERT INTO agent_instances AS x (tenant, agent_id, instance_id, url, load, expires_at, last_seen_at, updated_at)
+                   SELECT i.tenant, i.agent_id, i.instance_id, i.url, i.load, now() + make_interval(secs => i.ttl), now(), now()
+                     FROM admitted i
+                    ORDER BY i.tenant, i.agent_id, i.instance_id
+                   ON CONFLICT (tenant, agent_id, instance_id) DO UPDATE
+                      SET url = coalesce(EXCLUDED.url, x.url), load = EXCLUDED.load, expires_at = EXCLUDED.expires_at,
+                          last_seen_at = EXCLUDED.last_seen_at, updated_at = EXCLUDED.updated_at
+                   RETURNING x.tenant, x.agent_id, x.instance_id, x.expires_at
+               ), flipped AS (
+                   SELECT DISTINCT r.tenant, r.agent_id FROM renewed r JOIN revived v USING (tenant, agent_id)
+               ), head AS (
+                   UPDATE change_head SET seq = seq + (SELECT count(*) FROM flipped)
+                    WHERE id = 1 AND EXISTS (SELECT 1 FROM flipped)
+                   RETURNING seq
+               ), numbered AS (
+                   SELECT f.tenant, f.agent_id,
+                          (SELECT seq FROM head) - count(*) OVER () + row_number() OVER (ORDER BY f.tenant, f.agent_id) AS seq
+                     FROM flipped f
+               ), logged AS (
+                   INSERT INTO changes (seq, kind, tenant, agent_id, ref, at)
+                   SELECT n.seq, 'agent.health', n.tenant, n.agent_id, n.tenant || '/' || n.agent_id, now()
+                     FROM numbered n WHERE n.seq IS NOT NULL
+                   RETURNING seq, tenant, agent_id
+               ), notified AS (
+                   -- Delivered on commit: other processes drop cached views and wake long-polls.
+                   SELECT pg_notify($7, max(seq)::text) FROM logged HAVING count(*) > 0
+               )
+               SELECT r.tenant, r.agent_id, r.instance_id, r.expires_at, l.seq AS change_seq
+                 FROM renewed r LEFT JOIN logged l ON l.tenant = r.tenant AND l.agent_id = r.agent_id
+                WHERE (SELECT count(*) FROM notified) >= 0
+               UNION ALL
+               SELECT f.tenant, f.agent_id, f.instance_id, NULL::timestamptz, NULL::bigint FROM refused f""",
+            *columns, channel, max_instances,
+        )
     return [RenewedLease(*row) for row in rows]
 
 
-async def live_instances(conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str) -> list[asyncpg.Record]:
-    return await conn.fetch(
-        """SELECT instance_id, url, expires_at, load, last_seen_at FROM agent_instances
-            WHERE tenant = $1 AND agent_id = $2 AND expires_at > now() ORDER BY instance_id""",
-        tenant, agent_id,
+# What one answer lists of an agent's live instances (contract section 19): the least loaded
+# first (an instance that sent no load after those that did), the total given alongside.
+MAX_LISTED_INSTANCES = 50
+
+
+async def live_instances(
+    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str, *, limit: int = MAX_LISTED_INSTANCES
+) -> tuple[list[asyncpg.Record], int]:
+    """At most `limit` live instances, least loaded first, and how many are live in all."""
+    rows = await conn.fetch(
+        """SELECT instance_id, url, expires_at, load, last_seen_at, count(*) OVER () AS total FROM agent_instances
+            WHERE tenant = $1 AND agent_id = $2 AND expires_at > now()
+            ORDER BY load ASC NULLS LAST, instance_id LIMIT $3""",
+        tenant, agent_id, limit,
     )
+    return list(rows), (rows[0]["total"] if rows else 0)
 
 
 async def least_loaded_instances(
@@ -174,3 +230,17 @@ async def least_loaded_instances(
         [t for t, _ in agents], [a for _, a in agents],
     )
     return {(r["tenant"], r["agent_id"]): r for r in rows}
+
+
+async def prune_lapsed_leases(conn: asyncpg.Connection | asyncpg.Pool) -> int:
+    """Delete lapsed leases, keeping each agent's newest row (so an agent whose leases all lapsed
+    stays `stale`, not `unknown`). Returns how many were deleted. A lease renewed meanwhile is kept:
+    the row is re-checked once its lock is taken."""
+    result = await conn.execute(
+        """DELETE FROM agent_instances x
+            WHERE x.expires_at <= now()
+              AND EXISTS (SELECT 1 FROM agent_instances y
+                           WHERE y.tenant = x.tenant AND y.agent_id = x.agent_id
+                             AND (y.expires_at, y.instance_id) > (x.expires_at, x.instance_id))"""
+    )
+    return int(result.split()[-1])

@@ -99,6 +99,12 @@ async def latest_per_skill(
     )
 
 
+async def known_regions(conn: asyncpg.Connection | asyncpg.Pool) -> frozenset[str]:
+    """Every data region some capability version names (retired ones included: harmless extra keys)."""
+    rows = await conn.fetch("SELECT DISTINCT unnest(data_regions) AS region FROM capability_versions")
+    return frozenset(r["region"] for r in rows)
+
+
 async def snapshot_bounds(conn: asyncpg.Connection | asyncpg.Pool) -> tuple[int, Any]:
     """The change sequence number now, and the next moment a version becomes effective (or None).
 

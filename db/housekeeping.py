@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncpg
 
+from db.agents import prune_lapsed_leases
 from db.changes import record_change
 
 EFFECTIVE = "version.effective"
@@ -23,6 +24,11 @@ async def prune(conn: asyncpg.Connection | asyncpg.Pool, retention_days: int) ->
         retention_days,
     )
     return int(keys.split()[-1]), int(approvals.split()[-1])
+
+
+async def prune_leases(conn: asyncpg.Connection | asyncpg.Pool) -> int:
+    """Lapsed instance leases (db.agents.prune_lapsed_leases: each agent's newest row is kept)."""
+    return await prune_lapsed_leases(conn)
 
 
 async def announce_effective(conn: asyncpg.Connection) -> int:

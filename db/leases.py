@@ -28,13 +28,19 @@ from db.changes import CHANGE_CHANNEL, LOCAL_CHANGE_LISTENERS
 log = logging.getLogger("capreg.db")
 
 
+# The answer for a new instance of an agent that already has its maximum of live instances.
+INSTANCE_LIMIT = "instance_limit"
+
+
 class LeaseRenewals(BatchQueue[LeaseRenewal]):
-    def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 512, concurrency: int = 4):
+    def __init__(self, pool: asyncpg.Pool, *, max_instances: int = 1000, max_batch: int = 512, concurrency: int = 4):
         super().__init__(max_batch=max_batch, concurrency=concurrency)
         self.pool = pool
+        self.max_instances = max_instances
 
-    async def renew(self, renewal: LeaseRenewal) -> datetime | None:
-        """The lease's new expiry once it is durable, or None when the agent is not registered."""
+    async def renew(self, renewal: LeaseRenewal) -> datetime | str | None:
+        """The lease's new expiry once it is durable, None when the agent is not registered, or
+        INSTANCE_LIMIT when it is a new instance beyond the agent's maximum (nothing written)."""
         return await self._enqueue(renewal)
 
     async def _settle(self, batch: list[tuple[LeaseRenewal, asyncio.Future]]) -> None:
@@ -68,12 +74,12 @@ class LeaseRenewals(BatchQueue[LeaseRenewal]):
             return
         renewals = [latest[key] for key in sorted(latest)]
         async with self.pool.acquire() as conn:
-            renewed = await renew_leases(conn, renewals, CHANGE_CHANNEL)
+            renewed = await renew_leases(conn, renewals, CHANGE_CHANNEL, max_instances=self.max_instances)
         flipped = [r.change_seq for r in renewed if r.change_seq is not None]
         if flipped:  # this process's caches move on before any answer leaves (read-your-writes)
             for listener in list(LOCAL_CHANGE_LISTENERS):
                 listener(max(flipped))
-        expiries = {(r.tenant, r.agent_id, r.instance_id): r.expires_at for r in renewed}
+        expiries = {(r.tenant, r.agent_id, r.instance_id): r.expires_at or INSTANCE_LIMIT for r in renewed}
         for renewal, future in batch:
             if not future.done():
                 future.set_result(expiries.get((renewal.tenant, renewal.agent_id, renewal.instance_id)))

@@ -19,9 +19,12 @@ from db import agents as agent_queries
 from db import capabilities as capability_queries
 from db import signatures as signature_queries
 from db.agents import LeaseRenewal
+from db.leases import INSTANCE_LIMIT
 from registry.cards import public_agent_card
 from registry.discovery import agent_view, capability_version, public_capability
-from registry.problems import ProblemError, refused
+from registry.config import loopback_urls_allowed
+from registry.endpoint_urls import registration_url_errors, url_problem
+from registry.problems import ErrorItem, ProblemError, invalid_request, refused
 from registry.publisher_keys import fast_path_allowed, verified_publisher
 from registry.publisher_signatures import SIGNATURE_REQUIRED
 from registry.records import AgentRegistration, PublicCapability, agent_ref
@@ -64,6 +67,9 @@ async def register(
     if refusal is not None:
         raise await refuse(registry, caller, refused(refusal), event_type=REGISTERED, tenant=tenant, ref=ref,
                            trace_id=trace_id)
+    url_errors = registration_url_errors(data, allow_loopback=loopback_urls_allowed(registry.settings))
+    if url_errors:  # before any work or write: a registration with a refused URL applies nothing
+        raise invalid_request("the registration is invalid", [ErrorItem(path=p, message=m) for p, m in url_errors])
     publisher_kid = await verified_publisher(registry, caller, tenant, agent_id, data, body, event_type=REGISTERED,
                                              trace_id=trace_id)
     prepared = await prepare_registration(data)
@@ -224,6 +230,10 @@ async def heartbeat(
     audited (docs/audit.md: liveness is not a decision); a refusal by policy is, as `request.refused`.
     A heartbeat for an unregistered agent of the caller's own tenant is a plain 404, not audited, so
     a storm of them after a restart costs no more than valid heartbeats."""
+    if url is not None:  # checked before anything is queued: a refused URL renews nothing
+        problem = url_problem(url, allow_loopback=loopback_urls_allowed(registry.settings))
+        if problem is not None:
+            raise invalid_request("the heartbeat is invalid", [ErrorItem(path="/url", message=f"the URL {problem}")])
     renewal = LeaseRenewal(tenant, agent_id, instance_id, url, ttl_seconds, load)
     visible = caller.tenant == renewal.tenant
     if not visible:  # another tenant's agent: whether the caller may know it exists decides 404 or 403
@@ -238,5 +248,13 @@ async def heartbeat(
     expires_at = await registry.leases.renew(renewal)
     if expires_at is None:  # not registered: the instance registers, then heartbeats again
         raise refused(not_found("agent; register it first"))
+    if expires_at == INSTANCE_LIMIT:  # a new instance beyond CAPREG_MAX_INSTANCES: nothing written
+        error = ProblemError(
+            409, "instance_limit",
+            f"the agent has {registry.leases.max_instances} live instances, the most allowed (CAPREG_MAX_INSTANCES); "
+            "renew a live instance or let one lapse",
+        )
+        raise await refuse(registry, caller, error, event_type=REFUSED, tenant=renewal.tenant,
+                           ref=agent_ref(renewal.tenant, renewal.agent_id), trace_id=trace_id)
     return expires_at
 

@@ -66,6 +66,9 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     os.environ["DATABASE_URL"] = dsn
     host = args.host or settings.host
     port = args.port or settings.port
+    # Workers read their listen address from the environment: it is the registry's URL when
+    # CAPREG_PUBLIC_URL is unset, and decides whether loopback endpoint URLs are allowed.
+    os.environ["CAPREG_HOST"], os.environ["CAPREG_PORT"] = host, str(port)
     print(f"capreg serving on http://{host}:{port} ({'embedded PostgreSQL' if embedded else 'DATABASE_URL'})", flush=True)
     metrics_dir = None
     if args.workers > 1:  # one scrape of /metrics sums every worker (registry.observability)

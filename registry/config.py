@@ -35,6 +35,12 @@ class Settings(msgspec.Struct, kw_only=True):
     # ARD (docs/api.md#ard): tenant -> publisher domain, and the manifest's host name.
     publisher_domains: dict[str, str] = {}
     display_name: str = "capreg"
+    # Loopback hosts in registrants' URLs (registry.endpoint_urls); None: allowed when capreg
+    # itself listens on a loopback address.
+    allow_loopback_urls: bool | None = None
+    max_instances: int = 1000  # live instances per agent (docs/api.md#heartbeats)
+    # Bytes all per-process response caches of one worker may hold together (registry.response_cache).
+    cache_budget: int = 64 * 1024 * 1024
 
 
 def _number(env: dict[str, str], name: str, default, kind=int):
@@ -83,7 +89,40 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         retention_days=_number(env, "CAPREG_RETENTION_DAYS", 30),
         publisher_domains=publisher_domains,
         display_name=(env.get("CAPREG_DISPLAY_NAME") or "capreg")[:200],
+        allow_loopback_urls=_flag(env, "CAPREG_ALLOW_LOOPBACK_URLS"),
+        max_instances=_number(env, "CAPREG_MAX_INSTANCES", 1000),
+        cache_budget=_number(env, "CAPREG_CACHE_BUDGET", 64 * 1024 * 1024),
     )
+
+
+def _flag(env: dict[str, str], name: str) -> bool | None:
+    raw = (env.get(name) or "").strip()
+    if raw == "":
+        return None
+    if raw not in ("0", "1"):
+        raise SystemExit(f"{name} must be 0 or 1, got {raw!r}")
+    return raw == "1"
+
+
+def registry_url(settings: Settings) -> str:
+    """The registry's own base URL, the one answer for every card and every URL capreg signs
+    (contract section 19): CAPREG_PUBLIC_URL, else the address capreg listens on. Never taken
+    from a request, so `Host` and `X-Forwarded-*` cannot change it."""
+    if settings.public_url:
+        return settings.public_url
+    host = settings.host
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 listen address
+    return f"http://{host}:{settings.port}"
+
+
+def loopback_urls_allowed(settings: Settings) -> bool:
+    """CAPREG_ALLOW_LOOPBACK_URLS, by default on exactly when capreg listens on a loopback address."""
+    if settings.allow_loopback_urls is not None:
+        return settings.allow_loopback_urls
+    from registry.endpoint_urls import is_loopback_host
+
+    return is_loopback_host(settings.host)
 
 
 def trusted_issuers(raw: str) -> list[TrustedIssuer]:

@@ -250,12 +250,45 @@ async def discovery_page(registry: Registry, viewer: str | None, query: Discover
 
     Raises invalid_request for an unknown sideEffectMax or a cursor this registry did not issue.
     """
+    query = await normalized(registry, query)
     key = ("discover", viewer, *msgspec.structs.astuple(query))
     entry = registry.responses.get(key, registry.watcher.cache_seq(), time.monotonic())
     if entry is None:
         entry = await _query_page(registry, viewer, query)
         registry.responses.put(key, entry, registry.watcher.cache_seq())
     return entry
+
+
+# The region a discovery question names when it names one no capability lists: such a question has
+# the same answer whatever the region (only capabilities without dataRegions match), so one key.
+UNLISTED_REGION = "~unlisted"
+
+
+async def normalized(registry: Registry, query: DiscoveryQuery) -> DiscoveryQuery:
+    """`query` with what does not change its answer removed, so equal questions share one cache
+    entry: tags in one order without repeats, and a region no capability lists as UNLISTED_REGION."""
+    changes: dict = {}
+    if query.tags:
+        tags = tuple(sorted(set(query.tags)))
+        if tags != query.tags:
+            changes["tags"] = tags
+    if query.region is not None and query.region not in await _known_regions(registry):
+        changes["region"] = UNLISTED_REGION
+    return msgspec.structs.replace(query, **changes) if changes else query
+
+
+async def _known_regions(registry: Registry) -> frozenset[str]:
+    """The regions capabilities list, cached on the terms of every other entry (one change sequence)."""
+    entry = registry.responses.get(("known-regions",), registry.watcher.cache_seq(), time.monotonic())
+    if entry is not None:
+        return entry.extra
+    async with registry.pool.acquire() as conn:
+        seq, _ = await capability_queries.snapshot_bounds(conn)
+        regions = await capability_queries.known_regions(conn)
+    expires = expiry(time.monotonic(), datetime.now(timezone.utc), [])
+    registry.responses.put(("known-regions",), CachedResponse(body=b"", etag="", seq=seq, expires=expires, extra=regions),
+                           registry.watcher.cache_seq())
+    return regions
 
 
 async def _query_page(registry: Registry, viewer: str | None, query: DiscoveryQuery) -> CachedResponse:

@@ -1,5 +1,5 @@
 """The server's periodic chores: pruning idempotency keys and approvals past CAPREG_RETENTION_DAYS
-(the audit log is never pruned), and announcing versions whose effectiveAt has arrived in the
+and lapsed instance leases (the audit log is never pruned), and announcing versions whose effectiveAt has arrived in the
 change feed (docs/security.md). Every replica runs them; they are safe to run concurrently."""
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ async def run_housekeeping(registry) -> None:
                 if time.monotonic() >= next_prune:
                     keys, approvals = await queries.prune(conn, registry.settings.retention_days)
                     next_prune = time.monotonic() + PRUNE_SECONDS
-                    if keys or approvals:
-                        log.info("pruned %d idempotency keys and %d approvals", keys, approvals)
+                    leases = await queries.prune_leases(conn)
+                    if keys or approvals or leases:
+                        log.info("pruned %d idempotency keys, %d approvals and %d lapsed leases", keys, approvals, leases)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the database may be briefly away; try again next round

@@ -48,6 +48,17 @@ ScopeName = Annotated[str, msgspec.Meta(pattern=r"^[\x21\x23-\x5B\x5D-\x7E]{1,12
 Region = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9-]{0,31}$")]
 JsonSchema = dict[str, Any]
 
+# What one registration may put into public answers (docs/api.md#limits): every list a card or a
+# skill carries is bounded, so one registration cannot make a discovery item or a card huge.
+MAX_TAGS = 32
+MAX_SCOPES = 32
+MAX_REGIONS = 16
+MAX_EXAMPLES = 16
+MAX_SKILLS = 128
+MAX_INTERFACES = 16
+MAX_MODES = 16
+MAX_SHARED_WITH = 256
+
 
 class Slo(Wire, forbid_unknown_fields=True):
     latency_p99_ms: Annotated[int, msgspec.Meta(ge=0)] | None = None
@@ -98,16 +109,16 @@ class SkillRegistration(Wire):
     description: ShortText
     version: Annotated[str, msgspec.Meta(max_length=128)]
     side_effect: SideEffect
-    tags: list[Tag] = []
-    examples: list[ShortText] = []
-    input_modes: list[ShortText] = []
-    output_modes: list[ShortText] = []
+    tags: Annotated[list[Tag], msgspec.Meta(max_length=MAX_TAGS)] = []
+    examples: Annotated[list[ShortText], msgspec.Meta(max_length=MAX_EXAMPLES)] = []
+    input_modes: Annotated[list[ShortText], msgspec.Meta(max_length=MAX_MODES)] = []
+    output_modes: Annotated[list[ShortText], msgspec.Meta(max_length=MAX_MODES)] = []
     security_requirements: list[dict[str, Any]] = []
     input_schema: JsonSchema = msgspec.field(default_factory=lambda: {"type": "object"})
     output_schema: JsonSchema = msgspec.field(default_factory=dict)
-    scopes: list[ScopeName] = []
+    scopes: Annotated[list[ScopeName], msgspec.Meta(max_length=MAX_SCOPES)] = []
     requires_approval: bool | None = None
-    data_regions: list[Region] = []
+    data_regions: Annotated[list[Region], msgspec.Meta(max_length=MAX_REGIONS)] = []
     slo: Slo | None = None
     effective_at: datetime | None = None
     # At most MAX_FIXTURES (checked with the schemas, registry.fixtures), each at most MAX_FIXTURE_BYTES.
@@ -134,12 +145,12 @@ class AgentRegistration(Wire):
     name: Name
     description: ShortText
     version: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
-    skills: list[SkillRegistration]
+    skills: Annotated[list[SkillRegistration], msgspec.Meta(max_length=MAX_SKILLS)]
     provider: Provider | None = None
-    supported_interfaces: list[AgentInterface] = []
+    supported_interfaces: Annotated[list[AgentInterface], msgspec.Meta(max_length=MAX_INTERFACES)] = []
     capabilities: dict[str, Any] = {}
-    default_input_modes: list[ShortText] = []
-    default_output_modes: list[ShortText] = []
+    default_input_modes: Annotated[list[ShortText], msgspec.Meta(max_length=MAX_MODES)] = []
+    default_output_modes: Annotated[list[ShortText], msgspec.Meta(max_length=MAX_MODES)] = []
     documentation_url: ShortText | None = None
     icon_url: ShortText | None = None
     security_schemes: dict[str, Any] = {}
@@ -147,12 +158,12 @@ class AgentRegistration(Wire):
     # Publisher signatures over the body without this member (registry.publisher_signatures).
     signatures: Annotated[list[CardSignature], msgspec.Meta(max_length=MAX_SIGNATURES)] = []
     visibility: Visibility = "tenant"
-    shared_with: list[Tenant] = []
+    shared_with: Annotated[list[Tenant], msgspec.Meta(max_length=MAX_SHARED_WITH)] = []
     # A2A 0.3 fields, converted to supportedInterfaces and dropped.
     protocol_version: ShortText | None = None
     url: ShortText | None = None
     preferred_transport: ShortText | None = None
-    additional_interfaces: list[dict[str, Any]] = []
+    additional_interfaces: Annotated[list[dict[str, Any]], msgspec.Meta(max_length=MAX_INTERFACES)] = []
     security: list[dict[str, Any]] = []
     supports_authenticated_extended_card: bool | None = None
 

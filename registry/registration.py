@@ -87,7 +87,7 @@ def _hash(value: Any) -> str:
 
 # Part of every registration digest: bump it whenever validation or normalization of a registration
 # changes, so that bodies accepted under the old rules go through the full path again once.
-_REGISTRATION_RULES = "capreg-registration-rules-2"  # 2: behaviour fixtures
+_REGISTRATION_RULES = "capreg-registration-rules-3"  # 2: behaviour fixtures; 3: endpoint URLs checked
 
 
 def registration_digest(body: bytes) -> str:

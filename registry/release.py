@@ -121,10 +121,12 @@ class Instance(Wire):
 
 
 class Endpoints(Wire):
-    """Where to call the capability: the agent's declared A2A interfaces and its live instances."""
+    """Where to call the capability: the agent's declared A2A interfaces and its live instances
+    (at most 50, the least loaded first; `instanceCount` live in all)."""
 
     interfaces: list[Interface]
     instances: list[Instance]
+    instance_count: int
 
 
 class CapabilityDetail(PublicCapability, kw_only=True):
@@ -141,9 +143,11 @@ class CapabilityDetail(PublicCapability, kw_only=True):
     publisher: Publisher
 
 
-def endpoints(card: dict[str, Any], instances: Sequence[Any]) -> Endpoints:
-    """`card` is the agent's stored A2A card; `instances` rows of live leases."""
+def endpoints(card: dict[str, Any], instances: Sequence[Any], instance_count: int) -> Endpoints:
+    """`card` is the agent's stored A2A card; `instances` rows of live leases (already bounded,
+    db.agents.live_instances), `instance_count` how many are live in all."""
     return Endpoints(
+        instance_count=instance_count,
         interfaces=msgspec.convert(card.get("supportedInterfaces", []), list[Interface]),
         instances=[
             Instance(
@@ -238,6 +242,7 @@ class Released(msgspec.Struct, frozen=True):
     row: Any
     agent: Any
     instances: Any
+    instance_count: int = 0
 
     def gate(self) -> CapabilityGate:
         """What policy decides on: the version's fields with its agent's visibility and sharing."""
@@ -260,7 +265,7 @@ async def visible_version(
     if chosen is None:
         return None
     row = next(row for cap, row in skill.versions if cap is chosen)
-    return Released(cap=chosen, row=row, agent=agent, instances=skill.instances)
+    return Released(cap=chosen, row=row, agent=agent, instances=skill.instances, instance_count=skill.instance_count)
 
 
 async def release(
@@ -308,7 +313,8 @@ async def _with_fixtures(registry: Registry, found: Released) -> Released:
 def detail_of(released: Released) -> CapabilityDetail:
     """The capability detail: public fields, schemas, examples and endpoints."""
     return capability_detail(
-        public_capability(released.row), released.cap, endpoints(released.agent["card"], released.instances),
+        public_capability(released.row), released.cap,
+        endpoints(released.agent["card"], released.instances, released.instance_count),
         publisher_of(released.agent),
     )
 

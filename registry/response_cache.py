@@ -14,18 +14,26 @@ answer:
   (a backstop should a notification be lost while the listener reconnects; the cache is off while
   it is disconnected).
 
+- Memory is bounded in bytes, not only entries (`ResponseCache.max_bytes`, a part of
+  CAPREG_CACHE_BUDGET), and keys carry only what changes the answer (callers normalise them).
+
 Pure data structure and time arithmetic: no I/O.
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
+from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from registry.cache_budget import estimated_size
+
 DEFAULT_MAX_ENTRIES = 4096
+DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 DEFAULT_MAX_AGE = 10.0
 # Clocks of the database and this process may differ slightly: expire a little early.
 CLOCK_MARGIN = 0.05
@@ -61,12 +69,21 @@ def expiry(
 
 
 class ResponseCache:
-    """Entries valid for one change sequence number; dropped wholesale when it moves."""
+    """Entries valid for one change sequence number; dropped wholesale when it moves.
 
-    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES):
+    Bounded in entries and in bytes (`max_bytes`, a part of CAPREG_CACHE_BUDGET, registry.cache_budget):
+    each entry is charged what it keeps alive (its body, key and decided-from rows), expired entries
+    are dropped when met and before anything live is evicted, then the least recently used go first.
+    An entry larger than a quarter of the budget is never kept.
+    """
+
+    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES, max_bytes: int = DEFAULT_MAX_BYTES):
         self.max_entries = max_entries
-        self._entries: dict[Hashable, CachedResponse] = {}
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._entries: OrderedDict[Hashable, tuple[CachedResponse, int]] = OrderedDict()
         self._seq: int | None = None
+        self._swept = float("-inf")
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -74,26 +91,56 @@ class ResponseCache:
     def clear(self) -> None:
         """Forget every entry (after writes that bypass the change sequence, e.g. in tests)."""
         self._entries.clear()
+        self.bytes = 0
+
+    def _move_to(self, seq: int) -> None:
+        if seq != self._seq:
+            self.clear()
+            self._seq = seq
 
     def get(self, key: Hashable, seq: int | None, now: float) -> CachedResponse | None:
         """The entry for `key` if it is current at sequence `seq` (None: caching is off) and time `now`."""
         if seq is None:
             return None
-        if seq != self._seq:
-            self._entries.clear()
-            self._seq = seq
-        entry = self._entries.get(key)
-        if entry is None or entry.seq != seq or entry.expires <= now:
+        self._move_to(seq)
+        found = self._entries.get(key)
+        if found is None:
             return None
+        entry = found[0]
+        if entry.seq != seq or entry.expires <= now:
+            self._drop(key)
+            return None
+        self._entries.move_to_end(key)
         return entry
 
-    def put(self, key: Hashable, entry: CachedResponse, seq: int | None) -> None:
-        """Keep `entry` if it was built at the sequence the process knows now; else it may be stale."""
+    def put(self, key: Hashable, entry: CachedResponse, seq: int | None, *, size: int | None = None,
+            now: float | None = None) -> None:
+        """Keep `entry` if it was built at the sequence the process knows now; else it may be stale.
+        `size`: the bytes to charge, when the entry shares its body with another (an alias key);
+        by default its estimated size (registry.cache_budget.estimated_size)."""
         if seq is None or entry.seq != seq:
             return
-        if seq != self._seq:
-            self._entries.clear()
-            self._seq = seq
-        if key not in self._entries and len(self._entries) >= self.max_entries:
-            del self._entries[next(iter(self._entries))]  # oldest first
-        self._entries[key] = entry
+        self._move_to(seq)
+        if size is None:
+            size = len(entry.body) + estimated_size(entry.extra) + 256
+        size += estimated_size(key)
+        if size > self.max_bytes // 4:
+            return
+        if key in self._entries:
+            self._drop(key)
+        now = time.monotonic() if now is None else now
+        if self.bytes + size > self.max_bytes and now - self._swept > 1.0:
+            self._swept = now  # a sweep costs one pass: at most once a second under pressure
+            self._drop_expired(now)
+        while self._entries and (self.bytes + size > self.max_bytes or len(self._entries) >= self.max_entries):
+            self._drop(next(iter(self._entries)))  # least recently used first
+        self._entries[key] = (entry, size)
+        self.bytes += size
+
+    def _drop(self, key: Hashable) -> None:
+        _, size = self._entries.pop(key)
+        self.bytes -= size
+
+    def _drop_expired(self, now: float) -> None:
+        for key in [k for k, (entry, _) in self._entries.items() if entry.expires <= now]:
+            self._drop(key)

@@ -22,12 +22,12 @@ Pure: no I/O. Compilation is CPU work: callers on the event loop run it through
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import jsonschema_rs
 import msgspec
 
+from registry.cache_budget import ByteBoundedMemo
 from registry.json_pointer import escape_token
 from registry.problems import ErrorItem
 
@@ -173,31 +173,41 @@ def canonical_schema(schema: Any) -> str:
 
 # The caches below are bounded in bytes as well as entries: a registrant choosing many large
 # schemas or patterns must not grow a worker's memory by their size times the entry count. Larger
-# ones are compiled on each use (that work is bounded, registry.bounded_work) and never kept.
+# ones are compiled on each use (that work is bounded, registry.bounded_work) and never kept; the
+# rest share a part of CAPREG_CACHE_BUDGET (registry.cache_budget), charged 8 bytes per character.
 _CACHED_SCHEMA_MAX_CHARS = 64 * 1024
 _CACHED_PATTERN_MAX_CHARS = 1024
+_DEFAULT_SCHEMA_CACHE_BYTES = 8 * 1024 * 1024
 
 
 def cached_validator(schema: Any) -> jsonschema_rs.Draft202012Validator:
     """`compile_schema`, once per distinct schema of up to 64 KiB (SchemaRejected is raised again
-    each time); at most 1,024 kept, so at most 64 MiB of schema text."""
+    each time), within the schema caches' byte budget."""
     canonical = canonical_schema(schema)
     if len(canonical) > _CACHED_SCHEMA_MAX_CHARS:
         return compile_schema(schema)
     return _compiled(canonical)
 
 
-@functools.lru_cache(maxsize=1024)
-def _compiled(canonical: str) -> jsonschema_rs.Draft202012Validator:
+def _compile_canonical(canonical: str) -> jsonschema_rs.Draft202012Validator:
     return compile_schema(msgspec.json.decode(canonical))
 
 
-@functools.lru_cache(maxsize=4096)
-def _pattern_validator(pattern: str) -> jsonschema_rs.Draft202012Validator | None:
+def _compile_pattern(pattern: str) -> jsonschema_rs.Draft202012Validator | None:
     try:
         return compile_schema({"type": "string", "pattern": pattern})
     except SchemaRejected:
         return None
+
+
+_compiled = ByteBoundedMemo(_compile_canonical, max_bytes=_DEFAULT_SCHEMA_CACHE_BYTES * 3 // 4)
+_pattern_validator = ByteBoundedMemo(_compile_pattern, max_bytes=_DEFAULT_SCHEMA_CACHE_BYTES // 4)
+
+
+def set_schema_cache_budget(max_bytes: int) -> None:
+    """The bytes compiled schemas (three quarters) and patterns (a quarter) may hold in this process."""
+    _compiled.max_bytes = max_bytes * 3 // 4
+    _pattern_validator.max_bytes = max_bytes // 4
 
 
 def pattern_matches(pattern: str, text: str) -> bool:

@@ -23,7 +23,9 @@ class SkillRecord(msgspec.Struct, frozen=True):
 
     agent: Any
     versions: list[tuple[CapabilityVersion, Any]]
+    # At most db.agents.MAX_LISTED_INSTANCES live instances, least loaded first, and the total.
     instances: Any
+    instance_count: int = 0
 
 
 # Leases renew without a change-feed entry, so health and instances may lag this much behind.
@@ -42,8 +44,9 @@ async def skill_record(registry: Registry, tenant: str, agent_id: str, skill_id:
         seq, next_effective = await capability_queries.snapshot_bounds(conn)
         agent = await agent_queries.get_agent(conn, tenant, agent_id)
         rows = await capability_queries.skill_versions(conn, tenant, agent_id, skill_id, detail=True) if agent else []
-        instances = await agent_queries.live_instances(conn, tenant, agent_id) if agent else []
-    record = SkillRecord(agent=agent, versions=[(capability_version(row), row) for row in rows], instances=instances)
+        instances, count = await agent_queries.live_instances(conn, tenant, agent_id) if agent else ([], 0)
+    record = SkillRecord(agent=agent, versions=[(capability_version(row), row) for row in rows], instances=instances,
+                         instance_count=count)
     expires = expiry(time.monotonic(), datetime.now(timezone.utc), [next_effective], max_age=_SKILL_RECORD_MAX_AGE)
     registry.release_cache.put(key, CachedResponse(body=b"", etag="", seq=seq, expires=expires, extra=record),
                                registry.watcher.cache_seq())

@@ -24,8 +24,10 @@ from registry.ard_names import Publishers
 from registry.chain_checks import ChainChecks
 from registry.change_watcher import ChangeWatcher
 from registry.card_signing import CardSignatures
-from registry.config import Settings
+from registry.config import Settings, registry_url
+from registry.cache_budget import share
 from registry.response_cache import ResponseCache
+from registry.schema_guard import set_schema_cache_budget
 
 log = logging.getLogger("capreg")
 
@@ -58,13 +60,16 @@ class Registry:
         # Audited writes of concurrent requests share one transaction and commit (db.group_commit).
         self.writes = GroupCommit(pool)
         # Heartbeats of concurrent requests renewed in one statement and commit (db.leases).
-        self.leases = LeaseRenewals(pool)
+        self.leases = LeaseRenewals(pool, max_instances=settings.max_instances)
         # Discovery pages and public cards, valid for one change sequence number (registry.response_cache).
-        self.responses = ResponseCache()
+        budget = settings.cache_budget  # CAPREG_CACHE_BUDGET, shared out by registry.cache_budget
+        self.responses = ResponseCache(max_bytes=share(budget, "responses"))
         # ARD publisher domains of tenants, both ways (registry.ard_names).
         self.publishers = Publishers(configured=dict(settings.publisher_domains))
         # Rows behind detail releases, on the same terms (registry.skill_records.skill_record).
-        self.release_cache = ResponseCache()
+        self.release_cache = ResponseCache(max_bytes=share(budget, "release"))
+        self.verifier.cache.max_bytes = share(budget, "tokens")
+        set_schema_cache_budget(share(budget, "schemas"))
         # The registry's signatures of the cards it served, once per card version (registry.card_signing).
         self.card_signatures = CardSignatures()
         # GET /v1/audit/chain: running checks per chain, last answers, callers' last fresh check
@@ -110,10 +115,9 @@ class Registry:
             with contextlib.suppress(asyncio.CancelledError):
                 await refresher
 
-    def public_url(self, request: Request) -> str:
-        if self.settings.public_url:
-            return self.settings.public_url
-        return str(request.base_url).rstrip("/")
+    def public_url(self) -> str:
+        """The registry's own URL (registry.config.registry_url): never from the request."""
+        return registry_url(self.settings)
 
 
 def registry_of(request: Request) -> Registry:

@@ -39,7 +39,10 @@ from auth.policy import (
     validate_ticket_request,
 )
 from auth.principal import Caller
-from auth.tickets import CapClaim, InvalidTicket, TicketClaims, new_jti, sign_ticket, ticket_claims, verify_ticket
+from auth.tickets import (
+    MAX_TICKET_LENGTH, CapClaim, InvalidTicket, TicketClaims, encoded_ticket_length, new_jti, sign_ticket, ticket_claims,
+    verify_ticket,
+)
 from db import approvals as approval_queries
 from db import tickets as ticket_queries
 from db.group_commit import WriteScope
@@ -252,8 +255,9 @@ async def evaluate(
         refusal = check_first_ticket(caller, req, target.scopes)
         if refusal is not None:
             raise await refuse(registry, caller, refused(refusal), **context)
-        return Plan(caller=caller, request=req, target=target, grant=first_ticket_grant(caller, req, now=now),
+        plan = Plan(caller=caller, request=req, target=target, grant=first_ticket_grant(caller, req, now=now),
                     root_jti=None, now=now)
+        return await _within_size(registry, plan, context)
 
     try:
         claims = await verified_ticket(registry, parent_token)
@@ -269,8 +273,39 @@ async def evaluate(
     )
     if refusal is not None:
         raise await refuse(registry, caller, refused(refusal), **context)
-    return Plan(caller=caller, request=req, target=target, grant=child_ticket_grant(caller, req, parent, now=now),
+    plan = Plan(caller=caller, request=req, target=target, grant=child_ticket_grant(caller, req, parent, now=now),
                 root_jti=state["root_jti"], now=now)
+    return await _within_size(registry, plan, context)
+
+
+def ticket_too_large(length: int) -> ProblemError:
+    """The refusal of a ticket that would be longer than anything accepts (docs/api.md#request-a-ticket)."""
+    error = invalid_request(
+        f"the ticket would be {length} characters; at most {MAX_TICKET_LENGTH} are accepted anywhere",
+        [ErrorItem(path="/resources", message=f"ticket_too_large: the encoded ticket would be {length} characters, "
+                   f"over {MAX_TICKET_LENGTH}; request fewer or shorter resources and scopes")],
+    )
+    error.reason = "ticket_too_large"
+    return error
+
+
+def planned_length(registry: Registry, plan: Plan) -> int:
+    """The encoded length of the ticket `plan` would mint (auth.tickets.encoded_ticket_length)."""
+    claims = ticket_claims(
+        plan.grant, issuer=registry.settings.issuer, tenant=plan.target.tenant,
+        cap=CapClaim(ref=plan.target.ref, id=plan.target.skill_id, version=plan.target.version), jti=new_jti(),
+        now=plan.now,
+    )
+    return encoded_ticket_length(claims, kid=registry.keyring.signing_kid or "")
+
+
+async def _within_size(registry: Registry, plan: Plan, context: dict) -> Plan:
+    """`plan`, unless its ticket would be over MAX_TICKET_LENGTH: then refused and audited as a
+    denial (reason `ticket_too_large`) before anything is signed, stored or sent for approval."""
+    length = planned_length(registry, plan)
+    if length > MAX_TICKET_LENGTH:
+        raise await refuse(registry, plan.caller, ticket_too_large(length), **context)
+    return plan
 
 
 # ---------------------------------------------------------------------------
@@ -300,6 +335,11 @@ async def mint(
         grant, issuer=registry.settings.issuer, tenant=target.tenant,
         cap=CapClaim(ref=target.ref, id=target.skill_id, version=target.version), jti=jti, now=plan.now,
     )
+    length = encoded_ticket_length(claims, kid=keyring.signing_kid or "")
+    if length > MAX_TICKET_LENGTH:  # evaluate refused this already; a key with a longer kid may differ
+        raise await refuse(registry, caller, ticket_too_large(length), event_type=DENIED, tenant=target.tenant,
+                           ref=target.ref, scopes=sorted(set(grant.scopes)), on_behalf_of=grant.on_behalf_of,
+                           trace_id=trace_id)
     token = sign_ticket(keyring, claims)
     response = TicketResponse(
         ticket=token, jti=jti, expires_at=_at(grant.exp), scopes=list(grant.scopes), resources=list(grant.resources),

@@ -16,6 +16,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from mcp.types import Tool
 
 from registry.cards import CAPREG_EXTENSION_URI
+from registry.config import registry_url
 from tests.conftest import example, retire_versions
 from tests.audit_support import ONE_ROW_PER_EVENT
 
@@ -164,7 +165,7 @@ async def test_no_registry_scope_needed_and_unscoped_capabilities_need_only_a_to
     # A 0.3 registration's single url became its interface.
     assert response.json()["endpoints"] == {
         "interfaces": [{"url": "https://search.example.org/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}],
-        "instances": [],
+        "instances": [], "instanceCount": 0,
     }
 
 
@@ -417,13 +418,13 @@ async def test_extended_card_through_the_a2a_client(client, mint, world, db):
     assert [s.id for s in both.skills] == ["invoice.lookup", "invoice.mark-paid"]
 
 
-async def test_extended_card_for_a_caller_that_passes_nothing(client, mint, world, db):
+async def test_extended_card_for_a_caller_that_passes_nothing(client, mint, world, db, settings):
     response = await client.get(f"/v1/agents/{world}/billing-agent/extendedAgentCard", headers=mint(world, "router", "", regions=["eu"]))
     assert response.status_code == 200, response.text
     raw = response.json()
     assert raw["skills"] == []
     assert raw["supportedInterfaces"] == [
-        {"url": f"http://registry.test/v1/agents/{world}/billing-agent", "protocolBinding": binding, "protocolVersion": "1.0"}
+        {"url": f"{registry_url(settings)}/v1/agents/{world}/billing-agent", "protocolBinding": binding, "protocolVersion": "1.0"}
         for binding in ("HTTP+JSON", "JSONRPC")
     ]
     for field in GATED:

@@ -9,6 +9,7 @@ from a2a.client import A2ACardResolver
 from a2a.types import AgentCard
 from google.protobuf.json_format import ParseDict
 
+from registry.config import Settings, registry_url
 from tests.conftest import example
 
 BILLING = example("billing-agent.json")
@@ -148,7 +149,7 @@ async def test_agent_view(client, world):
         assert field not in response.text
 
 
-async def test_public_agent_card_parses_with_a2a_sdk(client, world):
+async def test_public_agent_card_parses_with_a2a_sdk(client, world, settings):
     from a2a.utils.proto_utils import validate_proto_required_fields  # noqa: PLC0415
 
     path = f"/v1/agents/{world}/billing-agent/.well-known/agent-card.json"
@@ -158,7 +159,7 @@ async def test_public_agent_card_parses_with_a2a_sdk(client, world):
     for field in ("inputSchema", "outputSchema", "billing.acme.internal", "look up invoice"):
         assert field not in response.text
     assert card["supportedInterfaces"] == [
-        {"url": f"http://registry.test/v1/agents/{world}/billing-agent", "protocolBinding": binding, "protocolVersion": "1.0"}
+        {"url": f"{registry_url(settings)}/v1/agents/{world}/billing-agent", "protocolBinding": binding, "protocolVersion": "1.0"}
         for binding in ("HTTP+JSON", "JSONRPC")
     ]
     assert card["capabilities"]["extendedAgentCard"] is True
@@ -190,3 +191,15 @@ async def test_answers_from_the_cache_still_check_the_caller(client, mint, world
     assert bad.status_code == 401
     own = (await client.get("/v1/capabilities", params=params, headers=mint(world, "r", "registry:read"))).json()["items"]
     assert any(i["agentId"] == "ledger-agent" for i in own)
+
+
+async def test_the_registry_url_never_comes_from_the_request(client, world, settings):
+    """Contract section 19: Host and X-Forwarded-* never change the URL a card names."""
+    expected = f"{registry_url(settings)}/v1/agents/{world}/billing-agent"
+    for headers in ({}, {"Host": "evil.example"}, {"X-Forwarded-Host": "evil.example", "X-Forwarded-Proto": "https"},
+                    {"Forwarded": "host=evil.example;proto=https", "X-Forwarded-Prefix": "/x"}):
+        card = (await client.get(f"/v1/agents/{world}/billing-agent/.well-known/agent-card.json", headers=headers)).json()
+        assert [i["url"] for i in card["supportedInterfaces"]] == [expected], headers
+    assert registry_url(Settings(host="10.0.0.5", port=9000)) == "http://10.0.0.5:9000"
+    assert registry_url(Settings(host="::1", port=9000)) == "http://[::1]:9000"
+    assert registry_url(Settings(public_url="https://registry.example", host="::1")) == "https://registry.example"

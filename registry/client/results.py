@@ -6,8 +6,10 @@ their defaults, so a client and a registry of neighbouring versions keep talking
 
 from __future__ import annotations
 
+import unicodedata
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -67,6 +69,25 @@ class Instance(Result):
 class Endpoints(Result):
     interfaces: list[Interface] = []
     instances: list[Instance] = []
+    # Live instances in all; `instances` lists at most 50 of them, the least loaded first.
+    instance_count: int | None = None
+
+
+def callable_url(url: object) -> bool:
+    """Whether `url` is an absolute http(s) URL with a host and nothing a caller could be tricked by
+    (blanks, control or bidi characters, backslashes, user info). Whatever a registry answers, only
+    such URLs are offered to call."""
+    if not isinstance(url, str) or not url or len(url) > 2048 or "\\" in url:
+        return False
+    if any(ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf") for ch in url):
+        return False
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises on a malformed port)
+    except ValueError:
+        return False
+    return (parts.scheme in ("http", "https") and url.lower().startswith(parts.scheme + "://") and bool(parts.hostname)
+            and "@" not in parts.netloc)
 
 
 class CapabilityDetail(Capability, kw_only=True):
@@ -82,10 +103,11 @@ class CapabilityDetail(Capability, kw_only=True):
     endpoints: Endpoints = msgspec.field(default_factory=Endpoints)
 
     def urls(self) -> list[str]:
-        """Where to call it: live instances' URLs first, then the agent's declared interfaces."""
+        """Where to call it: live instances' URLs first (least loaded first, as the registry lists
+        them), then the agent's declared interfaces; only absolute http(s) URLs (`callable_url`)."""
         seen: list[str] = []
         for url in [i.url for i in self.endpoints.instances] + [i.url for i in self.endpoints.interfaces]:
-            if url and url not in seen:
+            if callable_url(url) and url not in seen:
                 seen.append(url)
         return seen
 

@@ -106,7 +106,7 @@ async def register_agent(
     )
     entry = await agents.agent_view_entry(registry, tenant, agent_id)
     refs = _encoder.encode({"published": result.published, "unchanged": result.unchanged, "candidates": result.candidates})
-    registry_url = registry.public_url(request)
+    registry_url = registry.public_url()
     sign_card = BackgroundTask(
         agents.sign_new_card, registry, tenant, agent_id, base_url=f"{registry_url}/v1/agents/{tenant}/{agent_id}",
         jku=jwks_url(registry_url),
@@ -136,7 +136,7 @@ async def get_agent(request: Request, tenant: TenantPath, agent_id: AgentPath) -
 async def get_agent_card(request: Request, tenant: TenantPath, agent_id: AgentPath) -> Response[dict]:
     registry = registry_of(request)
     caller = await optional_caller(request)
-    registry_url = registry.public_url(request)
+    registry_url = registry.public_url()
     entry = await agents.visible_card(
         registry, caller, tenant, agent_id, base_url=f"{registry_url}/v1/agents/{tenant}/{agent_id}",
         jku=jwks_url(registry_url),
@@ -161,7 +161,7 @@ async def list_skill_versions(
     "/v1/agents/{tenant:str}/{agent_id:str}/heartbeat",
     status_code=200,
     summary="Renew an instance's liveness lease",
-    responses=problem_responses(400, 401, 403, 404),
+    responses=problem_responses(400, 401, 403, 404, 409),
     dependencies=body_schema(Heartbeat),
 )
 async def heartbeat(request: Request, tenant: TenantPath, agent_id: AgentPath) -> HeartbeatResponse:

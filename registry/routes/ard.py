@@ -33,7 +33,7 @@ async def _context(request: Request) -> ard.ArdContext:
     registry = registry_of(request)
     caller = await optional_caller(request)  # a presented token must be valid: 401 otherwise
     return ard.ArdContext(
-        public_url=registry.public_url(request),
+        public_url=registry.public_url(),
         publishers=registry.publishers,
         viewer=viewer_tenant(caller),
     )
@@ -54,7 +54,7 @@ def _answer(entry: CachedResponse) -> Response:
 )
 async def ard_manifest(request: Request) -> ard.Manifest:
     registry = registry_of(request)
-    return ard.manifest(registry.settings.display_name, registry.public_url(request))
+    return ard.manifest(registry.settings.display_name, registry.public_url())
 
 
 @post(

@@ -80,7 +80,8 @@ async def discover(
         agent=agent, tenant=tenant, status=status, versions=versions, health=health, limit=limit, cursor=cursor,
     ))
     # The same entry under the query's exact wording, for `_answer_from_cache` next time.
-    registry.responses.put(("raw", viewer, request.scope["query_string"]), entry, registry.watcher.cache_seq())
+    # An alias of the normalised entry: charged its key only (the body is the same object).
+    registry.responses.put(("raw", viewer, request.scope["query_string"]), entry, registry.watcher.cache_seq(), size=256)
     return _cached_answer(request, entry, viewer)
 
 

@@ -92,7 +92,7 @@ async def serve_extended_card(request: Request, tenant: str, agent_id: str) -> d
     registry.routes.a2a_rpc): authenticate, then release through the service, audited there."""
     registry = registry_of(request)
     caller = await authenticate(request)
-    registry_url = registry.public_url(request)
+    registry_url = registry.public_url()
     return await release.extended_card(
         registry, caller, tenant=tenant, agent_id=agent_id,
         base_url=f"{registry_url}/v1/agents/{tenant}/{agent_id}", jku=jwks_url(registry_url),
