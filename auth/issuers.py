@@ -64,7 +64,9 @@ def keys_from_jwks(document: dict) -> dict[str, object]:
 
 def issuer_keys(trusted: TrustedIssuer, document: dict) -> IssuerKeys:
     return IssuerKeys(
-        issuer=trusted.issuer, keys=keys_from_jwks(document), algorithms=list(trusted.algorithms),
+        issuer=trusted.issuer,
+        keys=keys_from_jwks(document),
+        algorithms=list(trusted.algorithms),
         tenants=frozenset(trusted.tenants),
     )
 

@@ -7,7 +7,7 @@ actor chain, ticket request validation, revocation, introspection and approvals.
 database or token: callers pass verified claims, stored rows' fields and `now` (epoch seconds).
 
 Each decision answers None (allowed) or a `Refusal`: an error code of docs/api.md#error-codes with
-its message, refusal reason and missing scopes, never an HTTP status (registry.problems maps a code
+its message, refusal reason and missing scopes, never an HTTP status (registry.core.problems maps a code
 to its status, once). Where a record may be invisible to the caller, invisibility is decided first
 and answers `not_found`, so a refusal never reveals that a record exists.
 """
@@ -20,8 +20,8 @@ from typing import Any, Protocol
 
 import msgspec
 
-from auth.principal import Caller
 from auth.identifiers import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN
+from auth.principal import Caller
 
 # Re-delegation depth is bounded so that actor chains (nested `act` claims) stay small.
 MAX_DELEGATION_DEPTH = 10
@@ -69,7 +69,7 @@ def sees_candidates(caller: Caller | None, tenant: str) -> bool:
 
 
 class StoredVersion(Protocol):
-    """What a gate reads of a stored capability version (registry.records.CapabilityVersion)."""
+    """What a gate reads of a stored capability version (registry.core.records.CapabilityVersion)."""
 
     tenant: str
     scopes: Sequence[str]
@@ -108,7 +108,7 @@ class CapabilityGate(msgspec.Struct, frozen=True, kw_only=True):
 class Refusal(msgspec.Struct, frozen=True, kw_only=True):
     """A refused decision: `code` is an error code of docs/api.md#error-codes, `reason` a refusal reason
     of docs/api.md#refusal-reasons (for `delegation_denied`), `missing_scopes` what an
-    `insufficient_scope` refusal lacks. No HTTP status: registry.problems maps codes to statuses."""
+    `insufficient_scope` refusal lacks. No HTTP status: registry.core.problems maps codes to statuses."""
 
     code: str
     message: str
@@ -137,7 +137,9 @@ def tenant_mismatch(message: str = TENANT_MISMATCH_MESSAGE) -> Refusal:
 
 def missing_scope(scope: str) -> Refusal:
     """`insufficient_scope` for an operation that needs `scope`."""
-    return Refusal(code="insufficient_scope", message=f"this operation needs the scope {scope}", missing_scopes=(scope,))
+    return Refusal(
+        code="insufficient_scope", message=f"this operation needs the scope {scope}", missing_scopes=(scope,)
+    )
 
 
 def delegation_denied(*, reason: str, message: str) -> Refusal:
@@ -173,7 +175,8 @@ def decide_release(caller: Caller | None, cap: CapabilityGate, *, exact_version:
     missing = tuple(sorted(set(cap.scopes) - caller.scopes))
     if missing:
         return Refusal(
-            code="insufficient_scope", message=f"releasing this capability needs the scopes: {' '.join(missing)}",
+            code="insufficient_scope",
+            message=f"releasing this capability needs the scopes: {' '.join(missing)}",
             missing_scopes=missing,
         )
     if cap.data_regions and (caller.regions is None or not set(cap.data_regions) & set(caller.regions)):
@@ -347,7 +350,9 @@ def actors_in_chain(act: dict[str, Any] | None) -> list[str]:
 
 def normalized_ticket_request(req: TicketRequest) -> TicketRequest:
     """The request with duplicate scopes and resources removed and both sorted, as they appear in claims."""
-    return msgspec.structs.replace(req, scopes=tuple(sorted(set(req.scopes))), resources=tuple(sorted(set(req.resources))))
+    return msgspec.structs.replace(
+        req, scopes=tuple(sorted(set(req.scopes))), resources=tuple(sorted(set(req.resources)))
+    )
 
 
 def validate_ticket_request(req: TicketRequest, *, max_ttl: int) -> list[dict[str, str]]:
@@ -383,7 +388,9 @@ def check_first_ticket(caller: Caller, req: TicketRequest, capability_scopes: It
     """A first ticket: requested scopes ⊆ capability scopes ∩ caller token scopes."""
     escalated = escalated_scopes(req.scopes, capability_scopes, caller.scopes)
     if escalated:
-        return delegation_denied(reason=SCOPE_ESCALATION, message=f"scopes not held or not served: {' '.join(escalated)}")
+        return delegation_denied(
+            reason=SCOPE_ESCALATION, message=f"scopes not held or not served: {' '.join(escalated)}"
+        )
     return None
 
 
@@ -402,19 +409,26 @@ def check_redelegation(
     if parent.exp <= now:
         return parent_invalid("the parent ticket has expired")
     if caller.principal != parent.aud:
-        return delegation_denied(reason=NOT_PARENT_AUDIENCE, message="only the parent ticket's audience may re-delegate it")
+        return delegation_denied(
+            reason=NOT_PARENT_AUDIENCE, message="only the parent ticket's audience may re-delegate it"
+        )
     escalated = escalated_scopes(req.scopes, parent.scopes, capability_scopes)
     if escalated:
-        return delegation_denied(reason=SCOPE_ESCALATION, message=f"scopes beyond the parent ticket or capability: {' '.join(escalated)}")
+        return delegation_denied(
+            reason=SCOPE_ESCALATION, message=f"scopes beyond the parent ticket or capability: {' '.join(escalated)}"
+        )
     # An empty parent list is unrestricted; an empty child list under a restricted parent would widen it to everything.
     if parent.resources:
         if not req.resources:
             return delegation_denied(
-                reason=RESOURCE_ESCALATION, message="the parent ticket is restricted to resources; the child must list a subset"
+                reason=RESOURCE_ESCALATION,
+                message="the parent ticket is restricted to resources; the child must list a subset",
             )
         beyond = sorted(set(req.resources) - set(parent.resources))
         if beyond:
-            return delegation_denied(reason=RESOURCE_ESCALATION, message=f"resources beyond the parent ticket: {' '.join(beyond)}")
+            return delegation_denied(
+                reason=RESOURCE_ESCALATION, message=f"resources beyond the parent ticket: {' '.join(beyond)}"
+            )
     if parent.max_depth < 1:
         return delegation_denied(reason=DEPTH_EXHAUSTED, message="the parent ticket allows no further delegation")
     if req.max_depth > parent.max_depth - 1:
@@ -425,7 +439,9 @@ def check_redelegation(
             message=f"the child would outlive its parent; ttlSeconds must be at most {parent.exp - now}",
         )
     if req.on_behalf_of is not None and req.on_behalf_of != parent.on_behalf_of:
-        return delegation_denied(reason=ON_BEHALF_OF_MISMATCH, message="onBehalfOf is inherited from the parent ticket and cannot change")
+        return delegation_denied(
+            reason=ON_BEHALF_OF_MISMATCH, message="onBehalfOf is inherited from the parent ticket and cannot change"
+        )
     actors = actors_in_chain(actor_chain(caller.principal, parent.act))
     if len(set(actors)) != len(actors):
         return delegation_denied(reason=ACTOR_REPEATED, message="an actor may appear only once in the delegation chain")
@@ -606,6 +622,7 @@ def check_registration_read(caller: Caller, tenant: str, *, agent_visible: bool)
     if caller.holds(AUDIT_READ_SCOPE) or caller.holds(PUBLISH_SCOPE):
         return None
     return Refusal(
-        code="insufficient_scope", message=f"reading a registration needs {AUDIT_READ_SCOPE} or {PUBLISH_SCOPE}",
+        code="insufficient_scope",
+        message=f"reading a registration needs {AUDIT_READ_SCOPE} or {PUBLISH_SCOPE}",
         missing_scopes=(AUDIT_READ_SCOPE, PUBLISH_SCOPE),
     )

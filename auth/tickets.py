@@ -30,7 +30,20 @@ from auth.tokens import TICKET_TYPE
 
 TICKET_ALGORITHM = "EdDSA"
 REQUIRED_TICKET_CLAIMS = [
-    "iss", "sub", "aud", "act", "tenant", "scope", "cap", "resources", "iat", "nbf", "exp", "jti", "depth", "maxDepth",
+    "iss",
+    "sub",
+    "aud",
+    "act",
+    "tenant",
+    "scope",
+    "cap",
+    "resources",
+    "iat",
+    "nbf",
+    "exp",
+    "jti",
+    "depth",
+    "maxDepth",
 ]
 # The longest ticket anything accepts (the verifiers here and in registry.client, introspection and
 # re-delegation): a ticket longer than this is never minted (docs/api.md#request-a-ticket).
@@ -89,9 +102,7 @@ def new_jti() -> str:
     return str(uuid.uuid4())
 
 
-def ticket_claims(
-    grant: TicketGrant, *, issuer: str, tenant: str, cap: CapClaim, jti: str, now: int
-) -> TicketClaims:
+def ticket_claims(grant: TicketGrant, *, issuer: str, tenant: str, cap: CapClaim, jti: str, now: int) -> TicketClaims:
     """The claims of a ticket that passed policy (`grant` from auth.policy) for capability `cap`."""
     return TicketClaims(
         iss=issuer,
@@ -119,7 +130,9 @@ def _b64_length(n: int) -> int:
 def encoded_ticket_length(claims: TicketClaims, *, kid: str) -> int:
     """The length `sign_ticket` will give these claims, computed without signing: the header and
     payload as PyJWT encodes them (compact JSON), and a fixed-size EdDSA signature."""
-    header = json.dumps({"alg": TICKET_ALGORITHM, "kid": kid, "typ": TICKET_TYPE}, separators=(",", ":"), sort_keys=True)
+    header = json.dumps(
+        {"alg": TICKET_ALGORITHM, "kid": kid, "typ": TICKET_TYPE}, separators=(",", ":"), sort_keys=True
+    )
     payload = json.dumps(claims.as_dict(), separators=(",", ":"))
     return _b64_length(len(header.encode())) + 1 + _b64_length(len(payload.encode())) + 1 + _SIGNATURE_CHARS
 

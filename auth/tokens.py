@@ -200,9 +200,7 @@ def caller_from_claims(claims: dict, issuer: str) -> Caller:
         if not isinstance(regions, list) or not all(isinstance(r, str) for r in regions):
             raise InvalidToken("regions must be an array of strings")
         regions = tuple(regions)
-    return Caller(
-        tenant=tenant, sub=sub, scopes=scopes, regions=regions, issuer=issuer
-    )
+    return Caller(tenant=tenant, sub=sub, scopes=scopes, regions=regions, issuer=issuer)
 
 
 def mint_caller_token(

@@ -90,7 +90,10 @@ def serve(env: dict, port: int, workers: int, log: Path) -> subprocess.Popen:
     with log.open("w") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "registry.cli", "serve", "--port", str(port), "--workers", str(workers)],
-            env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
 
 
@@ -175,11 +178,24 @@ class RssSampler:
 
 
 def machine() -> dict:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor() or "unknown")
-    mem_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))
-    return {"nproc": os.cpu_count(), "cpu": cpu, "memory_gb": round(mem_kb / 1024 / 1024, 1),
-            "python": platform.python_version(), "kernel": platform.release()}
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor() or "unknown",
+    )
+    mem_kb = next(
+        int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")
+    )
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "memory_gb": round(mem_kb / 1024 / 1024, 1),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+    }
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -217,7 +233,9 @@ def drive(job: dict, generators: int = 1) -> dict:
     per = max(1, job["connections"] // generators)
     procs = []
     for _ in range(generators):
-        p = subprocess.Popen([sys.executable, "-m", "bench.load"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT)
+        p = subprocess.Popen(
+            [sys.executable, "-m", "bench.load"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT
+        )
         p.stdin.write(json.dumps({**job, "connections": per}).encode())
         p.stdin.close()
         procs.append(p)
@@ -310,11 +328,26 @@ class Capreg:
         """Tokens from `capreg token mint` (name -> (tenant, sub, scopes, regions)), minted in parallel."""
         procs = {}
         for name, (tenant, sub, scopes, regions) in requests.items():
-            args = [sys.executable, "-m", "registry.cli", "token", "mint", "--tenant", tenant, "--sub", sub,
-                    "--scope", " ".join(scopes), "--ttl", "86400"]
+            args = [
+                sys.executable,
+                "-m",
+                "registry.cli",
+                "token",
+                "mint",
+                "--tenant",
+                tenant,
+                "--sub",
+                sub,
+                "--scope",
+                " ".join(scopes),
+                "--ttl",
+                "86400",
+            ]
             if regions:
                 args += ["--regions", ",".join(regions)]
-            procs[name] = subprocess.Popen(args, env=self.env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            procs[name] = subprocess.Popen(
+                args, env=self.env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
         tokens = {}
         for name, proc in procs.items():
             out, err = proc.communicate(timeout=120)
@@ -338,7 +371,7 @@ async def explain_plans(dsn: str) -> dict[str, str]:
 
     from db import capabilities
     from db.pool import create_pool
-    from registry import ranking
+    from registry.discovery import ranking
 
     class Explaining:
         def __init__(self, pool, run: bool = False):
@@ -360,7 +393,7 @@ async def explain_plans(dsn: str) -> dict[str, str]:
             conn = Explaining(pool)
             await capabilities.discover(conn, **kwargs)
             plans[title] = conn.plan
-        # With q, discovery is ranked search (registry.ranking; every shape: python -m bench.search_plans).
+        # With q, discovery is ranked search (registry.discovery.ranking; every shape: python -m bench.search_plans).
         conn = Explaining(pool, run=True)
         await ranking.rank(conn, None, "invoice", ranking.SearchFilters(tags=("finance",), side_effect_max=1), limit=51)
         plans["filtered (q + tag + sideEffectMax)"] = conn.plan
@@ -372,15 +405,29 @@ async def explain_plans(dsn: str) -> dict[str, str]:
         await ard.ranked_page(conn, viewer_tenant=None, where=ard.EntryFilter(), text=invoice, after=None, limit=11)
         plans["ARD search 'invoice' (page of 10)"] = conn.plan
         conn = Explaining(pool)
-        await ard.facet_counts(conn, viewer_tenant=None, where=ard.EntryFilter(), text=invoice, configured={},
-                               facets=[ard.FacetRequest("tags", 20, 1), ard.FacetRequest("publisher", 20, 1)])
+        await ard.facet_counts(
+            conn,
+            viewer_tenant=None,
+            where=ard.EntryFilter(),
+            text=invoice,
+            configured={},
+            facets=[ard.FacetRequest("tags", 20, 1), ard.FacetRequest("publisher", 20, 1)],
+        )
         plans["ARD explore 'invoice' (tags, publisher)"] = conn.plan
         conn = Explaining(pool)
-        await ard.facet_counts(conn, viewer_tenant=None, where=ard.EntryFilter(), text=None, configured={},
-                               facets=[ard.FacetRequest("type", 20, 1), ard.FacetRequest("tags", 20, 1)])
+        await ard.facet_counts(
+            conn,
+            viewer_tenant=None,
+            where=ard.EntryFilter(),
+            text=None,
+            configured={},
+            facets=[ard.FacetRequest("type", 20, 1), ard.FacetRequest("tags", 20, 1)],
+        )
         plans["ARD explore, whole registry (type, tags)"] = conn.plan
         conn = Explaining(pool)
-        await ard.identifier_page(conn, viewer_tenant=None, where=ard.EntryFilter(), configured={}, after=None, limit=21)
+        await ard.identifier_page(
+            conn, viewer_tenant=None, where=ard.EntryFilter(), configured={}, after=None, limit=21
+        )
         plans["ARD list, first page of 20"] = conn.plan
     except (asyncpg.PostgresError, TypeError) as exc:
         plans["error"] = repr(exc)
@@ -399,8 +446,10 @@ async def durable_commit_ms(dsn: str, commits: int = 200) -> dict[str, float]:
     figures = {}
     try:
         await conn.execute("CREATE TABLE IF NOT EXISTS bench_commit_probe (id int PRIMARY KEY, at timestamptz)")
-        for label, sql in (("write", "INSERT INTO bench_commit_probe VALUES (1, now()) ON CONFLICT (id) DO UPDATE SET at = now()"),
-                           ("no_write", "SELECT 1 FROM bench_commit_probe WHERE id = -1")):
+        for label, sql in (
+            ("write", "INSERT INTO bench_commit_probe VALUES (1, now()) ON CONFLICT (id) DO UPDATE SET at = now()"),
+            ("no_write", "SELECT 1 FROM bench_commit_probe WHERE id = -1"),
+        ):
             samples = []
             for _ in range(commits):
                 started = time.perf_counter()
@@ -435,23 +484,47 @@ def openapi_paths(base: str) -> set[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--agents", type=int, help="agents to load (3 to 5 skills each; default 1000, 2000 with --replicas)")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--agents", type=int, help="agents to load (3 to 5 skills each; default 1000, 2000 with --replicas)"
+    )
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per scenario (default 10)")
     parser.add_argument("--connections", type=int, default=32, help="load-generator connections (default 32)")
     parser.add_argument("--writers", type=int, default=8, help="concurrent registration clients (default 8)")
-    parser.add_argument("--workers", type=int, default=1, help="granian workers for capreg and the baseline (default 1)")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="granian workers for capreg and the baseline (default 1)"
+    )
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--database-url", help="create a fresh database on this PostgreSQL server (default: embedded)")
-    parser.add_argument("--no-explain", action="store_true", help="skip EXPLAIN (ANALYZE, BUFFERS) of the discovery queries")
+    parser.add_argument(
+        "--no-explain", action="store_true", help="skip EXPLAIN (ANALYZE, BUFFERS) of the discovery queries"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="directory for the JSON results")
-    parser.add_argument("--only", help="comma-separated scenario names to run (default: all), e.g. heartbeat,agent_view")
-    parser.add_argument("--replicas", type=int, default=0,
-                        help="run the several-replicas scenario instead (bench/replicas.py): N capreg serve on one PostgreSQL")
-    parser.add_argument("--rounds", type=int, default=3, help="with --replicas: registrations of each agent (default 3)")
-    parser.add_argument("--noisy-neighbour", action="store_true",
-                        help="run the noisy-neighbour scenario instead (bench/noisy_neighbour.py): one tenant's p99 beside another's costliest requests")
-    parser.add_argument("--quiet-connections", type=int, default=4, help="with --noisy-neighbour: the quiet tenant's connections (default 4)")
+    parser.add_argument(
+        "--only", help="comma-separated scenario names to run (default: all), e.g. heartbeat,agent_view"
+    )
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=0,
+        help="run the several-replicas scenario instead (bench/replicas.py): N capreg serve on one PostgreSQL",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="with --replicas: registrations of each agent (default 3)"
+    )
+    parser.add_argument(
+        "--noisy-neighbour",
+        action="store_true",
+        help="run the noisy-neighbour scenario instead (bench/noisy_neighbour.py): one tenant's p99 beside another's costliest requests",
+    )
+    parser.add_argument(
+        "--quiet-connections",
+        type=int,
+        default=4,
+        help="with --noisy-neighbour: the quiet tenant's connections (default 4)",
+    )
     args = parser.parse_args(argv)
     if args.noisy_neighbour:
         from bench import noisy_neighbour
@@ -481,35 +554,59 @@ def main(argv: list[str] | None = None) -> int:
         with blog.open("w") as out:
             baseline_proc = subprocess.Popen(
                 [sys.executable, "-m", "bench.baseline", "--port", str(bport), "--workers", str(args.workers)],
-                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
             )
         wait_ready(f"http://127.0.0.1:{bport}/baseline", baseline_proc, blog)
-        job = {"host": "127.0.0.1", "port": bport, "connections": args.connections, "duration": args.duration,
-               "warmup": warmup, "requests": [{"method": "GET", "path": "/baseline"}]}
+        job = {
+            "host": "127.0.0.1",
+            "port": bport,
+            "connections": args.connections,
+            "duration": args.duration,
+            "warmup": warmup,
+            "requests": [{"method": "GET", "path": "/baseline"}],
+        }
         baseline = measure(Result("baseline", "baseline: 1 KB JSON (litestar + granian)"), job, baseline_proc.pid)
-        baseline2 = measure(Result("baseline_2gen", "baseline, 2 generator processes"), job, baseline_proc.pid, generators=2)
+        baseline2 = measure(
+            Result("baseline_2gen", "baseline, 2 generator processes"), job, baseline_proc.pid, generators=2
+        )
         stop(baseline_proc)
         results += [baseline, baseline2]
-        print(f"baseline: {baseline.rps:,.0f} req/s p99 {baseline.p99_ms:.2f} ms (2 generators: {baseline2.rps:,.0f} req/s)", flush=True)
+        print(
+            f"baseline: {baseline.rps:,.0f} req/s p99 {baseline.p99_ms:.2f} ms (2 generators: {baseline2.rps:,.0f} req/s)",
+            flush=True,
+        )
 
         # -- capreg
         registry.start()
         pid = registry.process.pid
         base = registry.base
         scopes = sorted({f"{n}:{m}" for ns in data.DOMAINS.values() for n in ns for m in ("read", "write")})
-        tokens = registry.mint({"reader": ("acme", "bench-router", ["registry:read", *scopes], data.REGIONS)}
-                               | {t: (t, "bench-publisher", ["registry:publish", "registry:read"], None) for t in data.TENANTS})
+        tokens = registry.mint(
+            {"reader": ("acme", "bench-router", ["registry:read", *scopes], data.REGIONS)}
+            | {t: (t, "bench-publisher", ["registry:publish", "registry:read"], None) for t in data.TENANTS}
+        )
         reader = tokens.pop("reader")
         publishers = tokens
         print(f"capreg up at {base} ({time.monotonic() - started:.0f}s); loading {args.agents} agents", flush=True)
 
-        load = {"host": "127.0.0.1", "port": registry.port, "connections": args.writers, "duration": 24 * 3600,
-                "warmup": 0, "expect": [201],
-                "registration": {"seed": args.seed, "count": args.agents, "rounds": [0, 0], "tokens": publishers}}
+        load = {
+            "host": "127.0.0.1",
+            "port": registry.port,
+            "connections": args.writers,
+            "duration": 24 * 3600,
+            "warmup": 0,
+            "expect": [201],
+            "registration": {"seed": args.seed, "count": args.agents, "rounds": [0, 0], "tokens": publishers},
+        }
         loaded = measure(Result("register_agents", f"register new agents ({args.writers} clients)"), load, pid)
         results.append(loaded)
-        print(f"loaded {loaded.requests} agents at {loaded.rps:,.0f}/s, {loaded.errors} errors "
-              f"({time.monotonic() - started:.0f}s)", flush=True)
+        print(
+            f"loaded {loaded.requests} agents at {loaded.rps:,.0f}/s, {loaded.errors} errors "
+            f"({time.monotonic() - started:.0f}s)",
+            flush=True,
+        )
 
         paths = openapi_paths(base)
         specs = data.agents(args.seed, min(args.agents, 400))
@@ -518,8 +615,15 @@ def main(argv: list[str] | None = None) -> int:
         etag = httpx.get(base + first_page).headers["etag"]
 
         def job_for(requests, expect=(200,), connections=None):
-            return {"host": "127.0.0.1", "port": registry.port, "connections": connections or args.connections,
-                    "duration": args.duration, "warmup": warmup, "expect": list(expect), "requests": requests}
+            return {
+                "host": "127.0.0.1",
+                "port": registry.port,
+                "connections": connections or args.connections,
+                "duration": args.duration,
+                "warmup": warmup,
+                "expect": list(expect),
+                "requests": requests,
+            }
 
         only = set(args.only.split(",")) if args.only else None
 
@@ -537,53 +641,128 @@ def main(argv: list[str] | None = None) -> int:
 
         run("healthz", "capreg floor: GET /healthz (no database)", [{"method": "GET", "path": "/healthz"}])
         run("discovery", "public discovery, first page of 50", [{"method": "GET", "path": first_page}])
-        run("filtered", "filtered discovery (q + tag + sideEffectMax)",
-            [{"method": "GET", "path": p} for p in filtered_queries(args.seed)])
-        run("conditional", "conditional discovery (If-None-Match hit)",
-            [{"method": "GET", "path": first_page, "headers": {"If-None-Match": etag}}], expect=(304,))
-        run("agent_card", "A2A agent card",
-            [{"method": "GET", "path": f"/v1/agents/{a.tenant}/{a.agent_id}/.well-known/agent-card.json"} for a in public])
-        run("agent_view", "agent view GET /v1/agents/{t}/{a}",
-            [{"method": "GET", "path": f"/v1/agents/{a.tenant}/{a.agent_id}"} for a in public])
+        run(
+            "filtered",
+            "filtered discovery (q + tag + sideEffectMax)",
+            [{"method": "GET", "path": p} for p in filtered_queries(args.seed)],
+        )
+        run(
+            "conditional",
+            "conditional discovery (If-None-Match hit)",
+            [{"method": "GET", "path": first_page, "headers": {"If-None-Match": etag}}],
+            expect=(304,),
+        )
+        run(
+            "agent_card",
+            "A2A agent card",
+            [
+                {"method": "GET", "path": f"/v1/agents/{a.tenant}/{a.agent_id}/.well-known/agent-card.json"}
+                for a in public
+            ],
+        )
+        run(
+            "agent_view",
+            "agent view GET /v1/agents/{t}/{a}",
+            [{"method": "GET", "path": f"/v1/agents/{a.tenant}/{a.agent_id}"} for a in public],
+        )
 
         # ARD (docs/api.md#ard): the same words as filtered discovery, as ARD searches and facets.
         ard_json = {"Content-Type": "application/json"}
         nouns = sorted({noun for domain in data.DOMAINS for noun in data.DOMAINS[domain]})
         if "/ard/search" in paths:
-            run("ard_search", "ARD search (text, page of 10)", [
-                {"method": "POST", "path": "/ard/search", "headers": ard_json,
-                 "body": json.dumps({"query": {"text": noun}, "pageSize": 10})} for noun in nouns])
-            run("ard_explore", "ARD explore (text; tags and publisher facets)", [
-                {"method": "POST", "path": "/ard/explore", "headers": ard_json,
-                 "body": json.dumps({"query": {"text": noun}, "resultType": {"facets": [{"field": "tags"}, {"field": "publisher"}]}})}
-                for noun in nouns])
+            run(
+                "ard_search",
+                "ARD search (text, page of 10)",
+                [
+                    {
+                        "method": "POST",
+                        "path": "/ard/search",
+                        "headers": ard_json,
+                        "body": json.dumps({"query": {"text": noun}, "pageSize": 10}),
+                    }
+                    for noun in nouns
+                ],
+            )
+            run(
+                "ard_explore",
+                "ARD explore (text; tags and publisher facets)",
+                [
+                    {
+                        "method": "POST",
+                        "path": "/ard/explore",
+                        "headers": ard_json,
+                        "body": json.dumps(
+                            {
+                                "query": {"text": noun},
+                                "resultType": {"facets": [{"field": "tags"}, {"field": "publisher"}]},
+                            }
+                        ),
+                    }
+                    for noun in nouns
+                ],
+            )
         else:
             unavailable("ard_search", "ARD search (text, page of 10)", "POST /ard/search not served")
 
         auth = {"Authorization": f"Bearer {reader}"}
         detail_path = "/v1/agents/{tenant}/{agent_id}/skills/{skill_id}/versions/{version}"
         if detail_path in paths:
-            run("detail", "detail release (token, latest)", [
-                {"method": "GET", "path": f"/v1/agents/{a.tenant}/{a.agent_id}/skills/{s['id']}/versions/latest", "headers": auth}
-                for a in public for s in a.card["skills"][:1]])
+            run(
+                "detail",
+                "detail release (token, latest)",
+                [
+                    {
+                        "method": "GET",
+                        "path": f"/v1/agents/{a.tenant}/{a.agent_id}/skills/{s['id']}/versions/latest",
+                        "headers": auth,
+                    }
+                    for a in public
+                    for s in a.card["skills"][:1]
+                ],
+            )
         else:
             unavailable("detail", "detail release (token, latest)", "GET " + detail_path + " not served")
 
         if "/v1/offers" in paths:
             needs = [f"{verb} {noun}" for nouns in data.DOMAINS.values() for noun in nouns for verb in data.VERBS[:4]]
-            run("offers", "offers (POST /v1/offers, need, no ticket)", [
-                {"method": "POST", "path": "/v1/offers", "headers": {**auth, "Content-Type": "application/json"},
-                 "body": json.dumps({"need": need, "limit": 5})} for need in needs])
+            run(
+                "offers",
+                "offers (POST /v1/offers, need, no ticket)",
+                [
+                    {
+                        "method": "POST",
+                        "path": "/v1/offers",
+                        "headers": {**auth, "Content-Type": "application/json"},
+                        "body": json.dumps({"need": need, "limit": 5}),
+                    }
+                    for need in needs
+                ],
+            )
         else:
             unavailable("offers", "offers (POST /v1/offers)", "POST /v1/offers not served")
 
         mintable = [(a, s) for a in public for s in a.card["skills"] if s["sideEffect"] != "destructive"][:200]
-        mint_bodies = [json.dumps({"audience": f"{a.tenant}/{a.agent_id}", "skill": s["id"], "version": "^" + s["version"].split(".")[0],
-                                   "scopes": s["scopes"], "ttlSeconds": 300, "maxDepth": 0}) for a, s in mintable]
+        mint_bodies = [
+            json.dumps(
+                {
+                    "audience": f"{a.tenant}/{a.agent_id}",
+                    "skill": s["id"],
+                    "version": "^" + s["version"].split(".")[0],
+                    "scopes": s["scopes"],
+                    "ttlSeconds": 300,
+                    "maxDepth": 0,
+                }
+            )
+            for a, s in mintable
+        ]
         json_auth = {**auth, "Content-Type": "application/json"}
         if "/v1/tickets" in paths:
-            run("ticket_mint", "ticket mint", [{"method": "POST", "path": "/v1/tickets", "headers": json_auth, "body": b} for b in mint_bodies],
-                expect=(200, 201))
+            run(
+                "ticket_mint",
+                "ticket mint",
+                [{"method": "POST", "path": "/v1/tickets", "headers": json_auth, "body": b} for b in mint_bodies],
+                expect=(200, 201),
+            )
         else:
             unavailable("ticket_mint", "ticket mint", "POST /v1/tickets not served")
 
@@ -595,9 +774,17 @@ def main(argv: list[str] | None = None) -> int:
                     if minted.status_code == 201:
                         tenant = json.loads(body)["audience"].split("/")[0]
                         introspector = publishers[tenant]
-                        introspections.append({"method": "POST", "path": "/v1/tickets/introspect",
-                                               "headers": {"Authorization": f"Bearer {introspector}", "Content-Type": "application/json"},
-                                               "body": json.dumps({"ticket": minted.json()["ticket"]})})
+                        introspections.append(
+                            {
+                                "method": "POST",
+                                "path": "/v1/tickets/introspect",
+                                "headers": {
+                                    "Authorization": f"Bearer {introspector}",
+                                    "Content-Type": "application/json",
+                                },
+                                "body": json.dumps({"ticket": minted.json()["ticket"]}),
+                            }
+                        )
             if introspections:
                 run("introspect", "ticket introspection", introspections)
             else:
@@ -610,49 +797,110 @@ def main(argv: list[str] | None = None) -> int:
         def publisher(a):
             return {"Authorization": f"Bearer {publishers[a.tenant]}", "Content-Type": "application/json"}
 
-        beats = [{"method": "POST", "path": f"/v1/agents/{a.tenant}/{a.agent_id}/heartbeat", "headers": publisher(a),
-                  "body": json.dumps({"instanceId": f"i-{n}", "url": f"https://{a.agent_id}-{n}.internal", "ttlSeconds": LEASE_TTL,
-                                      "load": (n * 37 + len(a.agent_id)) % 101 / 100})}
-                 for n in range(5) for a in specs]
+        beats = [
+            {
+                "method": "POST",
+                "path": f"/v1/agents/{a.tenant}/{a.agent_id}/heartbeat",
+                "headers": publisher(a),
+                "body": json.dumps(
+                    {
+                        "instanceId": f"i-{n}",
+                        "url": f"https://{a.agent_id}-{n}.internal",
+                        "ttlSeconds": LEASE_TTL,
+                        "load": (n * 37 + len(a.agent_id)) % 101 / 100,
+                    }
+                ),
+            }
+            for n in range(5)
+            for a in specs
+        ]
         if only is None or "heartbeat" in only:
             dsn, handle = registry.dsn()
             commit_latency = asyncio.run(durable_commit_ms(dsn))
             del handle
-            print(f"  durable commit on this database: p50 {commit_latency['write_p50_ms']} ms, p99 {commit_latency['write_p99_ms']} ms "
-                  f"(nothing written: p50 {commit_latency['no_write_p50_ms']} ms)", flush=True)
+            print(
+                f"  durable commit on this database: p50 {commit_latency['write_p50_ms']} ms, p99 {commit_latency['write_p99_ms']} ms "
+                f"(nothing written: p50 {commit_latency['no_write_p50_ms']} ms)",
+                flush=True,
+            )
         run("heartbeat", f"heartbeat ({args.writers} clients)", beats, connections=args.writers)
         if results[-1].name == "heartbeat":
             heartbeats = results[-1]
-            instances = Result("instances_per_worker", f"instances per worker at ttl {LEASE_TTL} s (heartbeat rate x {LEASE_TTL})",
-                               rps=heartbeats.rps * LEASE_TTL, target={"instances": INSTANCES_TARGET},
-                               meets_target=heartbeats.rps * LEASE_TTL >= INSTANCES_TARGET and heartbeats.errors == 0,
-                               note="derived")
+            instances = Result(
+                "instances_per_worker",
+                f"instances per worker at ttl {LEASE_TTL} s (heartbeat rate x {LEASE_TTL})",
+                rps=heartbeats.rps * LEASE_TTL,
+                target={"instances": INSTANCES_TARGET},
+                meets_target=heartbeats.rps * LEASE_TTL >= INSTANCES_TARGET and heartbeats.errors == 0,
+                note="derived",
+            )
             results.append(instances)
             print(f"  {instances.title}: {instances.rps:,.0f}", flush=True)
         run("heartbeat_32", f"heartbeat ({args.connections} connections)", beats)
         run("heartbeat_128", "heartbeat (128 connections)", beats, connections=128)
         if results[-1].name == "heartbeat_128":  # a fleet heartbeats open-loop, many at once: batches fill
             many = results[-1]
-            results.append(Result("instances_per_worker_128", f"instances per worker at ttl {LEASE_TTL} s, 128 connections",
-                                  rps=many.rps * LEASE_TTL, target={"instances": INSTANCES_TARGET},
-                                  meets_target=many.rps * LEASE_TTL >= INSTANCES_TARGET and many.errors == 0, note="derived"))
+            results.append(
+                Result(
+                    "instances_per_worker_128",
+                    f"instances per worker at ttl {LEASE_TTL} s, 128 connections",
+                    rps=many.rps * LEASE_TTL,
+                    target={"instances": INSTANCES_TARGET},
+                    meets_target=many.rps * LEASE_TTL >= INSTANCES_TARGET and many.errors == 0,
+                    note="derived",
+                )
+            )
             print(f"  {results[-1].title}: {results[-1].rps:,.0f}", flush=True)
-        ghosts = [{"method": "POST", "path": f"/v1/agents/{a.tenant}/ghost-{a.agent_id}/heartbeat", "headers": publisher(a),
-                   "body": json.dumps({"instanceId": "i-0", "ttlSeconds": LEASE_TTL})} for a in specs]
-        run("heartbeat_unknown", f"heartbeat for unregistered agents, 404 ({args.writers} clients)", ghosts,
-            expect=(404,), connections=args.writers)
-        run("reregister_unchanged", f"re-registration of an unchanged card ({args.writers} clients)",
-            [{"method": "PUT", "path": f"/v1/agents/{a.tenant}/{a.agent_id}", "headers": publisher(a),
-              "body": json.dumps(a.card)} for a in specs], connections=args.writers)
+        ghosts = [
+            {
+                "method": "POST",
+                "path": f"/v1/agents/{a.tenant}/ghost-{a.agent_id}/heartbeat",
+                "headers": publisher(a),
+                "body": json.dumps({"instanceId": "i-0", "ttlSeconds": LEASE_TTL}),
+            }
+            for a in specs
+        ]
+        run(
+            "heartbeat_unknown",
+            f"heartbeat for unregistered agents, 404 ({args.writers} clients)",
+            ghosts,
+            expect=(404,),
+            connections=args.writers,
+        )
+        run(
+            "reregister_unchanged",
+            f"re-registration of an unchanged card ({args.writers} clients)",
+            [
+                {
+                    "method": "PUT",
+                    "path": f"/v1/agents/{a.tenant}/{a.agent_id}",
+                    "headers": publisher(a),
+                    "body": json.dumps(a.card),
+                }
+                for a in specs
+            ],
+            connections=args.writers,
+        )
 
         if only is None or "register_versions" in only:
-            writes = {"host": "127.0.0.1", "port": registry.port, "connections": args.writers, "duration": args.duration,
-                      "warmup": 0, "expect": [201],
-                      "registration": {"seed": args.seed, "count": args.agents, "rounds": [1, 1000], "tokens": publishers}}
-            registered = measure(Result("register_versions", f"register new versions ({args.writers} clients), agents/s"), writes, pid)
+            writes = {
+                "host": "127.0.0.1",
+                "port": registry.port,
+                "connections": args.writers,
+                "duration": args.duration,
+                "warmup": 0,
+                "expect": [201],
+                "registration": {"seed": args.seed, "count": args.agents, "rounds": [1, 1000], "tokens": publishers},
+            }
+            registered = measure(
+                Result("register_versions", f"register new versions ({args.writers} clients), agents/s"), writes, pid
+            )
             compare(registered, baseline)
             results.append(registered)
-            print(f"  new versions: {registered.rps:,.1f} agents/s, p99 {registered.p99_ms:.1f} ms, {registered.errors} errors", flush=True)
+            print(
+                f"  new versions: {registered.rps:,.1f} agents/s, p99 {registered.p99_ms:.1f} ms, {registered.errors} errors",
+                flush=True,
+            )
         compare(loaded, baseline)
 
         if not args.no_explain:
@@ -665,7 +913,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(home, ignore_errors=True)
 
     report = {
-        "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "database_url"}
         | {"database": "external" if args.database_url else "embedded", "warmup_seconds": warmup},
@@ -685,20 +933,31 @@ def main(argv: list[str] | None = None) -> int:
 
 def table(results: list[Result], args) -> str:
     head = f"{'scenario':<52} {'req/s':>9} {'x base':>7} {'p50 ms':>8} {'x base':>7} {'p99 ms':>8} {'x base':>7} {'errors':>6} {'RSS MB':>7} {'gen CPU':>7}  target"
-    lines = [f"capreg benchmark: {args.agents} agents, {args.duration:g}s per scenario, {args.connections} connections, {args.workers} worker(s)", head, "-" * len(head)]
+    lines = [
+        f"capreg benchmark: {args.agents} agents, {args.duration:g}s per scenario, {args.connections} connections, {args.workers} worker(s)",
+        head,
+        "-" * len(head),
+    ]
     for r in results:
         if not r.available:
             lines.append(f"{r.title:<52} {'not available':>9}  ({r.note})")
             continue
-        ratio = lambda k: f"{r.ratios[k]:.2f}" if r.ratios.get(k) is not None else "-"  # noqa: E731
+        ratio = lambda k, r=r: f"{r.ratios[k]:.2f}" if r.ratios.get(k) is not None else "-"  # noqa: E731
         if r.name.startswith("instances_per_worker"):
             verdict = ("ok" if r.meets_target else "MISS") + f" (>= {r.target['instances']:,})"
             lines.append(f"{r.title:<52} {r.rps:>9,.0f}  {verdict}")
             continue
-        verdict = "" if r.meets_target is None else ("ok" if r.meets_target else "MISS") + f" (>= {r.target['rps']}x" + (
-            f", p99 <= {r.target['p99']}x)" if "p99" in r.target else ")")
-        lines.append(f"{r.title:<52} {r.rps:>9,.1f} {ratio('rps'):>7} {r.p50_ms:>8.2f} {ratio('p50'):>7} {r.p99_ms:>8.2f} "
-                     f"{ratio('p99'):>7} {r.errors:>6} {r.rss_mb:>7.0f} {r.generator_cpu_pct:>6.0f}%  {verdict}")
+        verdict = (
+            ""
+            if r.meets_target is None
+            else ("ok" if r.meets_target else "MISS")
+            + f" (>= {r.target['rps']}x"
+            + (f", p99 <= {r.target['p99']}x)" if "p99" in r.target else ")")
+        )
+        lines.append(
+            f"{r.title:<52} {r.rps:>9,.1f} {ratio('rps'):>7} {r.p50_ms:>8.2f} {ratio('p50'):>7} {r.p99_ms:>8.2f} "
+            f"{ratio('p99'):>7} {r.errors:>6} {r.rss_mb:>7.0f} {r.generator_cpu_pct:>6.0f}%  {verdict}"
+        )
     return "\n".join(lines)
 
 

@@ -13,7 +13,9 @@ from litestar import Litestar, get
 # About 1 KB once encoded: a realistic small JSON document, built once.
 PAYLOAD = {
     "service": "baseline",
-    "items": [{"id": f"item-{i:03d}", "name": f"Item number {i}", "score": i * 1.5, "active": i % 2 == 0} for i in range(14)],
+    "items": [
+        {"id": f"item-{i:03d}", "name": f"Item number {i}", "score": i * 1.5, "active": i % 2 == 0} for i in range(14)
+    ],
 }
 
 
@@ -34,8 +36,14 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args()
-    Granian("bench.baseline:app", address=args.host, port=args.port, interface=Interfaces.ASGI,
-            workers=args.workers, log_access=False).serve()
+    Granian(
+        "bench.baseline:app",
+        address=args.host,
+        port=args.port,
+        interface=Interfaces.ASGI,
+        workers=args.workers,
+        log_access=False,
+    ).serve()
 
 
 if __name__ == "__main__":

@@ -27,10 +27,20 @@ DOMAINS = {
 }
 VERBS = ["lookup", "list", "search", "create", "update", "cancel", "approve", "export", "summarize", "validate"]
 VERB_EFFECT = {
-    "lookup": "none", "list": "none", "search": "none", "summarize": "none", "export": "none",
-    "validate": "none", "create": "write", "update": "idempotent", "approve": "write", "cancel": "destructive",
+    "lookup": "none",
+    "list": "none",
+    "search": "none",
+    "summarize": "none",
+    "export": "none",
+    "validate": "none",
+    "create": "write",
+    "update": "idempotent",
+    "approve": "write",
+    "cancel": "destructive",
 }
-TAG_VOCABULARY = sorted({*DOMAINS, *(n for ns in DOMAINS.values() for n in ns), "read-only", "bulk", "realtime", "pii", "gdpr", "beta"})
+TAG_VOCABULARY = sorted(
+    {*DOMAINS, *(n for ns in DOMAINS.values() for n in ns), "read-only", "bulk", "realtime", "pii", "gdpr", "beta"}
+)
 ADJECTIVES = ["fast", "reliable", "secure", "batch", "streaming", "audited", "multi-region", "cached"]
 PROPERTY_TYPES = ["string", "integer", "number", "boolean", "enum", "object", "array", "date"]
 
@@ -59,7 +69,10 @@ def _property(rng: random.Random, name: str, depth: int) -> dict:
     elif kind == "boolean":
         prop = {"type": "boolean", "default": rng.random() < 0.5}
     elif kind == "enum":
-        prop = {"type": "string", "enum": rng.sample(["open", "closed", "pending", "paid", "void", "draft", "archived"], rng.randint(2, 5))}
+        prop = {
+            "type": "string",
+            "enum": rng.sample(["open", "closed", "pending", "paid", "void", "draft", "archived"], rng.randint(2, 5)),
+        }
     elif kind == "date":
         prop = {"type": "string", "format": "date-time"}
     elif kind == "array":
@@ -71,10 +84,35 @@ def _property(rng: random.Random, name: str, depth: int) -> dict:
 
 
 def _object_schema(rng: random.Random, depth: int, size: int) -> dict:
-    names = rng.sample(["id", "name", "status", "amount", "currency", "owner", "created", "due", "notes", "region",
-                        "priority", "reference", "quantity", "email", "labels", "address", "limit", "cursor"], size)
+    names = rng.sample(
+        [
+            "id",
+            "name",
+            "status",
+            "amount",
+            "currency",
+            "owner",
+            "created",
+            "due",
+            "notes",
+            "region",
+            "priority",
+            "reference",
+            "quantity",
+            "email",
+            "labels",
+            "address",
+            "limit",
+            "cursor",
+        ],
+        size,
+    )
     props = {n: _property(rng, n, depth) for n in names}
-    schema = {"type": "object", "properties": props, "required": sorted(rng.sample(names, rng.randint(1, min(3, size))))}
+    schema = {
+        "type": "object",
+        "properties": props,
+        "required": sorted(rng.sample(names, rng.randint(1, min(3, size)))),
+    }
     if rng.random() < 0.5:
         schema["additionalProperties"] = False
     return schema
@@ -115,8 +153,13 @@ def agent(seed: int, index: int, round_: int = 0) -> AgentSpec:
     tenant = TENANTS[rng.randrange(len(TENANTS))]
     domain = rng.choice(sorted(DOMAINS))
     roll = rng.random()
-    visibility, shared = ("public", []) if roll < 0.6 else ("tenant", []) if roll < 0.9 else (
-        "tenant", sorted(rng.sample([t for t in TENANTS if t != tenant], 2)))
+    visibility, shared = (
+        ("public", [])
+        if roll < 0.6
+        else ("tenant", [])
+        if roll < 0.9
+        else ("tenant", sorted(rng.sample([t for t in TENANTS if t != tenant], 2)))
+    )
     used: set[str] = set()
     skills = [_skill(seed, index, k, domain, used, round_) for k in range(rng.randint(3, 5))]
     agent_id = f"{domain}-{rng.choice(ADJECTIVES)}-{index:06d}"
@@ -124,8 +167,13 @@ def agent(seed: int, index: int, round_: int = 0) -> AgentSpec:
         "name": f"{domain.capitalize()} agent {index}",
         "description": f"A {rng.choice(ADJECTIVES)} agent serving {domain} workflows for {tenant}.",
         "version": f"1.{round_}.0",
-        "provider": {"organization": f"{tenant.capitalize()} {domain.capitalize()}", "url": f"https://{tenant}.example"},
-        "supportedInterfaces": [{"url": f"https://{agent_id}.{tenant}.internal/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+        "provider": {
+            "organization": f"{tenant.capitalize()} {domain.capitalize()}",
+            "url": f"https://{tenant}.example",
+        },
+        "supportedInterfaces": [
+            {"url": f"https://{agent_id}.{tenant}.internal/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        ],
         "capabilities": {"streaming": rng.random() < 0.3},
         "defaultInputModes": ["application/json"],
         "defaultOutputModes": ["application/json"],

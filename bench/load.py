@@ -79,7 +79,7 @@ def _parse_response(buffer: bytearray) -> tuple[int, int, bool] | None:
     length = 0
     if marker >= 0:
         value_end = head.find(b"\r\n", marker + 2)
-        length = int(head[marker + 17: value_end if value_end >= 0 else None].strip())
+        length = int(head[marker + 17 : value_end if value_end >= 0 else None].strip())
     if status in (204, 304) or 100 <= status < 200:
         length = 0
     if len(buffer) < start + length:
@@ -115,7 +115,9 @@ def _request_source(job: dict):
                 return None
             a = agent(spec["seed"], pair[1], pair[0])
             headers = {"Authorization": f"Bearer {spec['tokens'][a.tenant]}", "Content-Type": "application/json"}
-            return encode_request(host, "PUT", f"/v1/agents/{a.tenant}/{a.agent_id}", headers, msgspec.json.encode(a.card))
+            return encode_request(
+                host, "PUT", f"/v1/agents/{a.tenant}/{a.agent_id}", headers, msgspec.json.encode(a.card)
+            )
 
         return next_registration
     raws = [encode_request(host, r["method"], r["path"], r.get("headers", {}), r.get("body")) for r in job["requests"]]

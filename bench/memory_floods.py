@@ -23,18 +23,26 @@ from pathlib import Path
 import asyncpg
 import httpx
 
-from auth.keys import load_keyring
 from auth.tokens import mint_caller_token
-from db.pool import create_pool
 from bench.__main__ import ROOT, create_database, drop_database, free_port, stop, tree_rss_mb, wait_ready
+from db.pool import create_pool
+from registry.core.signing_keys import load_keyring
 
 BILLING = json.loads((ROOT / "tests" / "examples" / "billing-agent.json").read_text())
 TENANT = "flood"
 
 
 def _big_skill(n: int) -> dict:
-    return {**BILLING["skills"][0], "id": f"big.s{n:03d}", "name": f"skill {n}", "description": "d" * 3500,
-            "tags": [f"tag{t:02d}-" + "x" * 55 for t in range(32)], "scopes": [], "dataRegions": [], "examples": []}
+    return {
+        **BILLING["skills"][0],
+        "id": f"big.s{n:03d}",
+        "name": f"skill {n}",
+        "description": "d" * 3500,
+        "tags": [f"tag{t:02d}-" + "x" * 55 for t in range(32)],
+        "scopes": [],
+        "dataRegions": [],
+        "examples": [],
+    }
 
 
 async def _minter(dsn: str):
@@ -56,7 +64,10 @@ async def _leases(dsn: str, count: int) -> None:
             """INSERT INTO agent_instances (tenant, agent_id, instance_id, url, load, expires_at)
                SELECT $1, 'big-a', 'i-' || lpad(n::text, 5, '0'), 'https://b' || n || '.example/a2a', (n % 100) / 100.0,
                       now() + interval '1 hour'
-                 FROM generate_series(1, $2) n ON CONFLICT DO NOTHING""", TENANT, count)
+                 FROM generate_series(1, $2) n ON CONFLICT DO NOTHING""",
+            TENANT,
+            count,
+        )
     finally:
         await conn.close()
 
@@ -77,8 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     process = None
     try:
         with log.open("w") as out:
-            process = subprocess.Popen([sys.executable, "-m", "registry.cli", "serve", "--port", str(port)],
-                                       env=env, cwd=args.source, stdout=out, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(
+                [sys.executable, "-m", "registry.cli", "serve", "--port", str(port)],
+                env=env,
+                cwd=args.source,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         base = f"http://127.0.0.1:{port}"
         wait_ready(base + "/readyz", process, log)
         mint = asyncio.run(_minter(dsn))
@@ -108,8 +124,11 @@ def main(argv: list[str] | None = None) -> int:
                 http.get(f"/v1/agents/{TENANT}/big-{'ab'[n % 2]}/skills/big.s{n:03d}/versions/latest", headers=reader)
             figures["after 200 detail releases of distinct skills"] = tree_rss_mb(process.pid)
             for n in range(300):
-                http.get("/v1/capabilities", params={"limit": 1},
-                         headers=mint(f"flood-{n}", [f"scope-{n}-{k}:" + "y" * 100 for k in range(100)]))
+                http.get(
+                    "/v1/capabilities",
+                    params={"limit": 1},
+                    headers=mint(f"flood-{n}", [f"scope-{n}-{k}:" + "y" * 100 for k in range(100)]),
+                )
             figures["after 300 distinct 12 KiB tokens"] = tree_rss_mb(process.pid)
             flood_seconds = time.monotonic() - started
             asyncio.run(_leases(dsn, 2500))
@@ -120,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
                 http.get(f"/v1/agents/{TENANT}/big-a/skills/big.s{n:03d}/versions/latest", headers=reader)
                 time.sleep(0.02)
             figures["after 60 detail calls with 2,500 leases"] = tree_rss_mb(process.pid)
-        print(f"source: {args.source}  flood: {flood_seconds:.1f} s  detail with 2,500 leases: {len(detail.content):,} bytes")
+        print(
+            f"source: {args.source}  flood: {flood_seconds:.1f} s  detail with 2,500 leases: {len(detail.content):,} bytes"
+        )
         for label, mb in figures.items():
             print(f"  {label:48s} {mb:8.0f} MB  (+{mb - figures['start']:.0f})")
     finally:

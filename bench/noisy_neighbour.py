@@ -33,19 +33,34 @@ NOISY, QUIET = "noisy", "quiet"
 def exponential_validation(levels: int) -> dict:
     """Validating a non-string against this costs jsonschema-rs 2^levels steps (anyOf over shared
     $refs): slow, and allowed (tests/test_hostile_schemas.py)."""
-    defs = {f"d{i}": {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}", "minimum": 0}]} for i in range(levels)}
+    defs = {
+        f"d{i}": {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}", "minimum": 0}]}
+        for i in range(levels)
+    }
     defs[f"d{levels}"] = {"type": "string"}
     return {"type": "object", "$defs": defs, "properties": {"x": {"$ref": "#/$defs/d0"}}}
 
 
 def slow_patterns(count: int) -> dict:
     """A schema whose compilation costs ~35 ms of CPU per pattern (large Unicode classes)."""
-    return {"type": "object", "properties": {f"p{i}": {"type": "string", "pattern": rf"^[\p{{L}}\p{{N}}_]{{1,64}}$|{i}"} for i in range(count)}}
+    return {
+        "type": "object",
+        "properties": {
+            f"p{i}": {"type": "string", "pattern": rf"^[\p{{L}}\p{{N}}_]{{1,64}}$|{i}"} for i in range(count)
+        },
+    }
 
 
 def _skill(schema: dict, version: str = "1.0.0") -> dict:
-    return {"id": "heavy.skill", "name": "Heavy", "description": "A slow-but-allowed schema.", "version": version,
-            "sideEffect": "none", "inputSchema": schema, "outputSchema": {"type": "object"}}
+    return {
+        "id": "heavy.skill",
+        "name": "Heavy",
+        "description": "A slow-but-allowed schema.",
+        "version": version,
+        "sideEffect": "none",
+        "inputSchema": schema,
+        "outputSchema": {"type": "object"},
+    }
 
 
 def main(args) -> int:
@@ -60,36 +75,78 @@ def main(args) -> int:
         registry.start()
         base, pid = registry.base, registry.process.pid
         scopes = sorted({f"{n}:{m}" for ns in data.DOMAINS.values() for n in ns for m in ("read", "write")})
-        tokens = registry.mint({
-            "router": (QUIET, "router", ["registry:read", *scopes], data.REGIONS),
-            "noisy_publisher": (NOISY, "publisher", ["registry:publish", "registry:read"], None),
-            "noisy_auditor": (NOISY, "auditor", ["audit:read"], None),
-        } | {t: (t, "bench-publisher", ["registry:publish", "registry:read"], None) for t in data.TENANTS})
+        tokens = registry.mint(
+            {
+                "router": (QUIET, "router", ["registry:read", *scopes], data.REGIONS),
+                "noisy_publisher": (NOISY, "publisher", ["registry:publish", "registry:read"], None),
+                "noisy_auditor": (NOISY, "auditor", ["audit:read"], None),
+            }
+            | {t: (t, "bench-publisher", ["registry:publish", "registry:read"], None) for t in data.TENANTS}
+        )
         publishers = {t: tokens[t] for t in data.TENANTS}
-        load = {"host": "127.0.0.1", "port": registry.port, "connections": args.writers, "duration": 24 * 3600, "warmup": 0,
-                "expect": [201], "registration": {"seed": args.seed, "count": agents, "rounds": [0, 0], "tokens": publishers}}
+        load = {
+            "host": "127.0.0.1",
+            "port": registry.port,
+            "connections": args.writers,
+            "duration": 24 * 3600,
+            "warmup": 0,
+            "expect": [201],
+            "registration": {"seed": args.seed, "count": agents, "rounds": [0, 0], "tokens": publishers},
+        }
         loaded = measure(Result("register_agents", "register agents"), load, pid)
         print(f"capreg up, {loaded.requests} agents loaded ({time.monotonic() - started:.0f}s)", flush=True)
 
         noisy = {"Authorization": f"Bearer {tokens['noisy_publisher']}", "Content-Type": "application/json"}
         with httpx.Client(base_url=base, timeout=60) as http:
-            card = {"name": "Heavy", "description": "Slow schemas.", "version": "1.0.0", "visibility": "tenant",
-                    "skills": [_skill(exponential_validation(22))]}
+            card = {
+                "name": "Heavy",
+                "description": "Slow schemas.",
+                "version": "1.0.0",
+                "visibility": "tenant",
+                "skills": [_skill(exponential_validation(22))],
+            }
             created = http.put(f"/v1/agents/{NOISY}/heavy", json=card, headers=noisy)
             assert created.status_code in (200, 201), created.text
-        validate = {"method": "POST", "path": f"/v1/agents/{NOISY}/heavy/skills/heavy.skill/versions/1.0.0/validate",
-                    "headers": noisy, "body": json.dumps({"arguments": {"x": 5}, "mode": "strict"})}
-        compatibility = {"method": "POST", "path": "/v1/compatibility", "headers": noisy,
-                         "body": json.dumps({"old": _skill(slow_patterns(12)), "new": _skill(slow_patterns(13), "1.1.0")})}
+        validate = {
+            "method": "POST",
+            "path": f"/v1/agents/{NOISY}/heavy/skills/heavy.skill/versions/1.0.0/validate",
+            "headers": noisy,
+            "body": json.dumps({"arguments": {"x": 5}, "mode": "strict"}),
+        }
+        compatibility = {
+            "method": "POST",
+            "path": "/v1/compatibility",
+            "headers": noisy,
+            "body": json.dumps({"old": _skill(slow_patterns(12)), "new": _skill(slow_patterns(13), "1.1.0")}),
+        }
         big_page = {"method": "GET", "path": "/v1/capabilities?limit=200&versions=all", "headers": noisy}
-        chain = {"method": "GET", "path": "/v1/audit/chain", "headers": {"Authorization": f"Bearer {tokens['noisy_auditor']}"}}
+        chain = {
+            "method": "GET",
+            "path": "/v1/audit/chain",
+            "headers": {"Authorization": f"Bearer {tokens['noisy_auditor']}"},
+        }
 
         router = {"Authorization": f"Bearer {tokens['router']}"}
         specs = [a for a in data.agents(args.seed, min(agents, 400)) if a.card["visibility"] == "public"][:100]
         mintable = [(a, s) for a in specs for s in a.card["skills"] if s["sideEffect"] != "destructive"][:100]
-        mints = [{"method": "POST", "path": "/v1/tickets", "headers": {**router, "Content-Type": "application/json"},
-                  "body": json.dumps({"audience": f"{a.tenant}/{a.agent_id}", "skill": s["id"], "version": "^" + s["version"].split(".")[0],
-                                      "scopes": s["scopes"], "ttlSeconds": 300, "maxDepth": 0})} for a, s in mintable]
+        mints = [
+            {
+                "method": "POST",
+                "path": "/v1/tickets",
+                "headers": {**router, "Content-Type": "application/json"},
+                "body": json.dumps(
+                    {
+                        "audience": f"{a.tenant}/{a.agent_id}",
+                        "skill": s["id"],
+                        "version": "^" + s["version"].split(".")[0],
+                        "scopes": s["scopes"],
+                        "ttlSeconds": 300,
+                        "maxDepth": 0,
+                    }
+                ),
+            }
+            for a, s in mintable
+        ]
         quiet = {
             "discovery": ([{"method": "GET", "path": "/v1/capabilities?limit=50", "headers": router}], (200,)),
             "ticket": (mints, (200, 201)),
@@ -104,20 +161,38 @@ def main(args) -> int:
         warmup = min(1.0, duration * 0.2)
         for mix, noise in mixes.items():
             if noise is not None:
-                job = {"host": "127.0.0.1", "port": registry.port, "connections": 2 * len(noise), "duration": 24 * 3600,
-                       "warmup": 0, "expect": [200, 400, 429], "requests": noise}
-                neighbour = subprocess.Popen([sys.executable, "-m", "bench.load"], stdin=subprocess.PIPE,
-                                             stdout=subprocess.DEVNULL, cwd=ROOT)
+                job = {
+                    "host": "127.0.0.1",
+                    "port": registry.port,
+                    "connections": 2 * len(noise),
+                    "duration": 24 * 3600,
+                    "warmup": 0,
+                    "expect": [200, 400, 429],
+                    "requests": noise,
+                }
+                neighbour = subprocess.Popen(
+                    [sys.executable, "-m", "bench.load"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, cwd=ROOT
+                )
                 neighbour.stdin.write(json.dumps(job).encode())
                 neighbour.stdin.close()
                 time.sleep(1.0)  # the neighbour's workers are busy before measuring starts
             for kind, (requests, expect) in quiet.items():
-                job = {"host": "127.0.0.1", "port": registry.port, "connections": args.quiet_connections,
-                       "duration": duration, "warmup": warmup, "expect": list(expect), "requests": requests}
+                job = {
+                    "host": "127.0.0.1",
+                    "port": registry.port,
+                    "connections": args.quiet_connections,
+                    "duration": duration,
+                    "warmup": warmup,
+                    "expect": list(expect),
+                    "requests": requests,
+                }
                 result = measure(Result(f"{kind}_{mix}", f"quiet tenant {kind}, {mix.replace('_', ' + ')}"), job, pid)
                 results.append(result)
-                print(f"  {result.title}: {result.rps:,.0f} req/s, p50 {result.p50_ms:.1f} ms, p99 {result.p99_ms:.1f} ms, "
-                      f"{result.errors} errors", flush=True)
+                print(
+                    f"  {result.title}: {result.rps:,.0f} req/s, p50 {result.p50_ms:.1f} ms, p99 {result.p99_ms:.1f} ms, "
+                    f"{result.errors} errors",
+                    flush=True,
+                )
             if neighbour is not None:
                 neighbour.kill()
                 neighbour.wait()
@@ -128,8 +203,10 @@ def main(args) -> int:
             if r.name.endswith("_alone"):
                 continue
             reference = alone[r.name.split("_")[0]]
-            r.ratios = {"p99": r.p99_ms / reference.p99_ms if reference.p99_ms else None,
-                        "rps": r.rps / reference.rps if reference.rps else None}
+            r.ratios = {
+                "p99": r.p99_ms / reference.p99_ms if reference.p99_ms else None,
+                "rps": r.rps / reference.rps if reference.rps else None,
+            }
             if "_neighbour" in r.name:
                 r.target = {"p99": TARGET_P99_RATIO}
                 r.meets_target = r.ratios["p99"] is not None and r.ratios["p99"] <= TARGET_P99_RATIO and r.errors == 0
@@ -139,10 +216,18 @@ def main(args) -> int:
         registry.stop()
         shutil.rmtree(home, ignore_errors=True)
 
-    report = {"at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "scenario": "noisy_neighbour",
-              "config": {"agents": agents, "duration": duration, "quiet_connections": args.quiet_connections,
-                         "workers": args.workers}, "elapsed_seconds": round(time.monotonic() - started, 1),
-              "results": [r.__dict__ for r in results]}
+    report = {
+        "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "scenario": "noisy_neighbour",
+        "config": {
+            "agents": agents,
+            "duration": duration,
+            "quiet_connections": args.quiet_connections,
+            "workers": args.workers,
+        },
+        "elapsed_seconds": round(time.monotonic() - started, 1),
+        "results": [r.__dict__ for r in results],
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"noisy-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(report, indent=2))
@@ -150,7 +235,9 @@ def main(args) -> int:
     print(f"{'scenario':<48} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'p99 x alone':>11}  target")
     for r in results:
         ratio = f"{r.ratios['p99']:.2f}" if r.ratios.get("p99") is not None else "-"
-        verdict = "" if r.meets_target is None else ("ok" if r.meets_target else "MISS") + f" (<= {TARGET_P99_RATIO:g}x)"
+        verdict = (
+            "" if r.meets_target is None else ("ok" if r.meets_target else "MISS") + f" (<= {TARGET_P99_RATIO:g}x)"
+        )
         print(f"{r.title:<48} {r.rps:>8,.1f} {r.p50_ms:>8.2f} {r.p99_ms:>8.2f} {ratio:>11}  {verdict}")
     print(f"\n{report['elapsed_seconds']:.0f}s; results in {path}")
     return 0

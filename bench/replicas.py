@@ -57,14 +57,15 @@ class Fleet:
 
             self.embedded = start_embedded(self.home)
             self.env["DATABASE_URL"] = self.embedded.get_uri()
-        subprocess.run([sys.executable, "-m", "registry.cli", "migrate"], env=self.env, cwd=ROOT, check=True,
-                       capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "registry.cli", "migrate"], env=self.env, cwd=ROOT, check=True, capture_output=True
+        )
         for n in range(self.count):
             port = free_port()
             self.processes.append(serve(self.env, port, 1, self.home / f"serve-{n}.log"))
             self.ports.append(port)
             self.bases.append(f"http://127.0.0.1:{port}")
-        for process, base, n in zip(self.processes, self.bases, range(self.count)):
+        for process, base, n in zip(self.processes, self.bases, range(self.count), strict=False):
             wait_ready(f"{base}/readyz", process, self.home / f"serve-{n}.log")
 
     def stop(self) -> None:
@@ -76,9 +77,28 @@ class Fleet:
 
     def mint(self, tenant: str, sub: str, scopes: list[str]) -> str:
         out = subprocess.run(
-            [sys.executable, "-m", "registry.cli", "token", "mint", "--tenant", tenant, "--sub", sub,
-             "--scope", " ".join(scopes), "--ttl", "86400", "--regions", ",".join(data.REGIONS)],
-            env=self.env, cwd=ROOT, capture_output=True, text=True, check=True,
+            [
+                sys.executable,
+                "-m",
+                "registry.cli",
+                "token",
+                "mint",
+                "--tenant",
+                tenant,
+                "--sub",
+                sub,
+                "--scope",
+                " ".join(scopes),
+                "--ttl",
+                "86400",
+                "--regions",
+                ",".join(data.REGIONS),
+            ],
+            env=self.env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         return out.stdout.strip()
 
@@ -87,7 +107,9 @@ class Load:
     """Requests through random replicas with bounded concurrency; counts statuses."""
 
     def __init__(self, bases: list[str], concurrency: int, seed: int):
-        self.clients = [httpx.AsyncClient(base_url=b, timeout=60, limits=httpx.Limits(max_connections=concurrency)) for b in bases]
+        self.clients = [
+            httpx.AsyncClient(base_url=b, timeout=60, limits=httpx.Limits(max_connections=concurrency)) for b in bases
+        ]
         self.gate = asyncio.Semaphore(concurrency)
         self.rng = random.Random(seed)
         self.statuses: Counter = Counter()
@@ -125,7 +147,9 @@ async def _database_checks(dsn: str) -> dict:
         feed_dupes = await conn.fetchval(
             "SELECT count(*) FROM (SELECT ref FROM changes WHERE kind = 'version.published' GROUP BY ref HAVING count(*) <> 1) d"
         )
-        feed = await conn.fetchrow("SELECT count(*) AS n, coalesce(min(seq), 1) AS lo, coalesce(max(seq), 0) AS hi FROM changes")
+        feed = await conn.fetchrow(
+            "SELECT count(*) AS n, coalesce(min(seq), 1) AS lo, coalesce(max(seq), 0) AS hi FROM changes"
+        )
         chain = await conn.fetchrow("SELECT count(*) AS n FROM audit_events")
         # Each tenant's chain: chainSeq 1..n without a gap, and its head row at n.
         broken_chains = await conn.fetchval(
@@ -194,8 +218,9 @@ async def _discovery_agreement(bases: list[str], queries: list[str], limit_secon
 
 def _generate(job: dict) -> dict:
     """One bench/load.py process for `job`; its JSON output."""
-    done = subprocess.run([sys.executable, "-m", "bench.load"], input=json.dumps(job).encode(), capture_output=True,
-                          cwd=ROOT, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.load"], input=json.dumps(job).encode(), capture_output=True, cwd=ROOT, check=True
+    )
     return json.loads(done.stdout)
 
 
@@ -213,49 +238,112 @@ async def _scenario(fleet: Fleet, args, tokens: dict[str, str], reader: str) -> 
     puts = [a for a in specs for _ in range(args.rounds)]
     load.rng.shuffle(puts)
     started = time.monotonic()
-    await asyncio.gather(*[load.send("PUT", f"/v1/agents/{a.tenant}/{a.agent_id}", content=bodies[a.agent_id],
-                                     headers=publisher(a.tenant)) for a in puts])
+    await asyncio.gather(
+        *[
+            load.send(
+                "PUT", f"/v1/agents/{a.tenant}/{a.agent_id}", content=bodies[a.agent_id], headers=publisher(a.tenant)
+            )
+            for a in puts
+        ]
+    )
     storm = time.monotonic() - started
-    report["registration_storm"] = {"requests": len(puts), "seconds": round(storm, 2), "rps": round(len(puts) / storm, 1),
-                                    "statuses": {str(k): v for k, v in load.statuses.items()}}
-    print(f"  registration storm: {len(puts)} PUTs in {storm:.1f}s ({len(puts) / storm:,.0f}/s) {dict(load.statuses)}", flush=True)
+    report["registration_storm"] = {
+        "requests": len(puts),
+        "seconds": round(storm, 2),
+        "rps": round(len(puts) / storm, 1),
+        "statuses": {str(k): v for k, v in load.statuses.items()},
+    }
+    print(
+        f"  registration storm: {len(puts)} PUTs in {storm:.1f}s ({len(puts) / storm:,.0f}/s) {dict(load.statuses)}",
+        flush=True,
+    )
 
     # 2. Heartbeats, new versions and ticket mints, all at once, through every replica.
     public = [a for a in specs if a.card["visibility"] == "public"]
     mintable = [(a, s) for a in public for s in a.card["skills"] if s["sideEffect"] != "destructive"][:200]
-    mint_bodies = [json.dumps({"audience": f"{a.tenant}/{a.agent_id}", "skill": s["id"], "version": "^" + s["version"].split(".")[0],
-                               "scopes": s["scopes"], "ttlSeconds": 300, "maxDepth": 0}) for a, s in mintable]
+    mint_bodies = [
+        json.dumps(
+            {
+                "audience": f"{a.tenant}/{a.agent_id}",
+                "skill": s["id"],
+                "version": "^" + s["version"].split(".")[0],
+                "scopes": s["scopes"],
+                "ttlSeconds": 300,
+                "maxDepth": 0,
+            }
+        )
+        for a, s in mintable
+    ]
     reader_headers = {"Authorization": f"Bearer {reader}", "Content-Type": "application/json"}
-    newer = specs[:: 10]
+    newer = specs[::10]
     before = Counter(load.statuses)
     started = time.monotonic()
-    beats = [load.send("POST", f"/v1/agents/{a.tenant}/{a.agent_id}/heartbeat",
-                       content=json.dumps({"instanceId": "i-1", "ttlSeconds": 300, "load": 0.5}), headers=publisher(a.tenant))
-             for a in specs]
-    versions = [load.send("PUT", f"/v1/agents/{a.tenant}/{a.agent_id}", content=json.dumps(data.agent(args.seed, i, 1).card),
-                          headers=publisher(a.tenant)) for i, a in zip(range(0, args.agents, 10), newer)]
-    mints = [load.send("POST", "/v1/tickets", content=mint_bodies[n % len(mint_bodies)], headers=reader_headers)
-             for n in range(len(newer) * 2)] if mint_bodies else []
+    beats = [
+        load.send(
+            "POST",
+            f"/v1/agents/{a.tenant}/{a.agent_id}/heartbeat",
+            content=json.dumps({"instanceId": "i-1", "ttlSeconds": 300, "load": 0.5}),
+            headers=publisher(a.tenant),
+        )
+        for a in specs
+    ]
+    versions = [
+        load.send(
+            "PUT",
+            f"/v1/agents/{a.tenant}/{a.agent_id}",
+            content=json.dumps(data.agent(args.seed, i, 1).card),
+            headers=publisher(a.tenant),
+        )
+        for i, a in zip(range(0, args.agents, 10), newer, strict=False)
+    ]
+    mints = (
+        [
+            load.send("POST", "/v1/tickets", content=mint_bodies[n % len(mint_bodies)], headers=reader_headers)
+            for n in range(len(newer) * 2)
+        ]
+        if mint_bodies
+        else []
+    )
     await asyncio.gather(*beats, *versions, *mints)
     mixed = time.monotonic() - started
     mixed_count = len(beats) + len(versions) + len(mints)
-    report["mixed"] = {"heartbeats": len(beats), "new_version_puts": len(versions), "ticket_mints": len(mints),
-                       "seconds": round(mixed, 2), "rps": round(mixed_count / mixed, 1),
-                       "statuses": {str(k): v for k, v in (load.statuses - before).items()}}
-    print(f"  mixed phase: {mixed_count} requests in {mixed:.1f}s ({mixed_count / mixed:,.0f}/s) {dict(load.statuses - before)}", flush=True)
+    report["mixed"] = {
+        "heartbeats": len(beats),
+        "new_version_puts": len(versions),
+        "ticket_mints": len(mints),
+        "seconds": round(mixed, 2),
+        "rps": round(mixed_count / mixed, 1),
+        "statuses": {str(k): v for k, v in (load.statuses - before).items()},
+    }
+    print(
+        f"  mixed phase: {mixed_count} requests in {mixed:.1f}s ({mixed_count / mixed:,.0f}/s) {dict(load.statuses - before)}",
+        flush=True,
+    )
 
     # 3. Invariants.
     agreed, agree_seconds = await _discovery_agreement(
-        fleet.bases, ["/v1/capabilities?limit=200", "/v1/capabilities?versions=all&limit=200", "/v1/changes?after=0&limit=1000"], 1.0)
+        fleet.bases,
+        ["/v1/capabilities?limit=200", "/v1/capabilities?versions=all&limit=200", "/v1/changes?after=0&limit=1000"],
+        1.0,
+    )
     checks = await _database_checks(dsn)
-    expected_versions = sum(len(a.card["skills"]) for a in specs) + sum(len(data.agent(args.seed, i, 1).card["skills"])
-                                                                           for i in range(0, args.agents, 10))
-    verify = subprocess.run([sys.executable, "-m", "registry.cli", "audit", "verify"], env=fleet.env, cwd=ROOT,
-                            capture_output=True, text=True)
+    expected_versions = sum(len(a.card["skills"]) for a in specs) + sum(
+        len(data.agent(args.seed, i, 1).card["skills"]) for i in range(0, args.agents, 10)
+    )
+    verify = subprocess.run(
+        [sys.executable, "-m", "registry.cli", "audit", "verify"],
+        env=fleet.env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     five_xx = sum(v for k, v in load.statuses.items() if k == "connection error" or (isinstance(k, int) and k >= 500))
     report["invariants"] = {
-        "every_version_stored_once": checks["versions_stored"] == expected_versions == checks["version_published_events"]
-        and checks["versions_with_other_than_one_event"] == 0 and checks["versions_with_other_than_one_feed_entry"] == 0,
+        "every_version_stored_once": checks["versions_stored"]
+        == expected_versions
+        == checks["version_published_events"]
+        and checks["versions_with_other_than_one_event"] == 0
+        and checks["versions_with_other_than_one_feed_entry"] == 0,
         "expected_versions": expected_versions,
         "zero_5xx": five_xx == 0,
         "discovery_agrees_within_1s": agreed,
@@ -274,36 +362,68 @@ async def _scenario(fleet: Fleet, args, tokens: dict[str, str], reader: str) -> 
     # tenant (one chain), then by every tenant on its own capabilities (a chain each).
     await load.close()
     if mint_bodies:
-        per_tenant = {t: [json.dumps({"audience": f"{a.tenant}/{a.agent_id}", "skill": s["id"],
-                                      "version": "^" + s["version"].split(".")[0], "scopes": s["scopes"],
-                                      "ttlSeconds": 300, "maxDepth": 0})
-                          for a in public if a.tenant == t for s in a.card["skills"] if s["sideEffect"] != "destructive"][:50]
-                      for t in data.TENANTS}
+        per_tenant = {
+            t: [
+                json.dumps(
+                    {
+                        "audience": f"{a.tenant}/{a.agent_id}",
+                        "skill": s["id"],
+                        "version": "^" + s["version"].split(".")[0],
+                        "scopes": s["scopes"],
+                        "ttlSeconds": 300,
+                        "maxDepth": 0,
+                    }
+                )
+                for a in public
+                if a.tenant == t
+                for s in a.card["skills"]
+                if s["sideEffect"] != "destructive"
+            ][:50]
+            for t in data.TENANTS
+        }
         minting = [t for t in data.TENANTS if per_tenant[t]]
-        routers = {t: {"Authorization": f"Bearer {tokens['router:' + t]}", "Content-Type": "application/json"}
-                   for t in minting}
+        routers = {
+            t: {"Authorization": f"Bearer {tokens['router:' + t]}", "Content-Type": "application/json"} for t in minting
+        }
         rates = {}
-        spreads = [("1 replica", fleet.ports[:1])] + ([(f"{fleet.count} replicas", fleet.ports)] if fleet.count > 1 else [])
+        spreads = [("1 replica", fleet.ports[:1])] + (
+            [(f"{fleet.count} replicas", fleet.ports)] if fleet.count > 1 else []
+        )
         for tenants in ([minting[0]], minting):
-            requests = [{"method": "POST", "path": "/v1/tickets", "headers": routers[t], "body": b}
-                        for t in tenants for b in per_tenant[t]]
+            requests = [
+                {"method": "POST", "path": "/v1/tickets", "headers": routers[t], "body": b}
+                for t in tenants
+                for b in per_tenant[t]
+            ]
             for label, ports in spreads:
                 head = await _audit_head(dsn)
                 started = time.monotonic()
-                jobs = [{"host": "127.0.0.1", "port": port, "connections": max(1, args.connections // len(ports)),
-                         "duration": args.duration, "warmup": 0, "expect": [201], "requests": requests} for port in ports]
+                jobs = [
+                    {
+                        "host": "127.0.0.1",
+                        "port": port,
+                        "connections": max(1, args.connections // len(ports)),
+                        "duration": args.duration,
+                        "warmup": 0,
+                        "expect": [201],
+                        "requests": requests,
+                    }
+                    for port in ports
+                ]
                 outs = await asyncio.gather(*[asyncio.to_thread(_generate, job) for job in jobs])
                 seconds = time.monotonic() - started
                 events, batches = await _batches_since(dsn, head)
                 key = f"{len(tenants)} tenant{'s' if len(tenants) > 1 else ''}, {label}"
                 # Per second of load (the generators' own window): their start-up, slower with several
                 # of them on a busy machine, is not load time.
-                rates[key] = {"audit_events_per_second": round(events / args.duration, 1),
-                              "commits_per_second": round(batches / args.duration, 1),
-                              "wall_seconds": round(seconds, 1),
-                              "events_per_commit": round(events / max(batches, 1), 1),
-                              "mints_per_second": round(sum(len(o["latencies_us"]) for o in outs) / args.duration, 1),
-                              "errors": sum(o["errors"] for o in outs)}
+                rates[key] = {
+                    "audit_events_per_second": round(events / args.duration, 1),
+                    "commits_per_second": round(batches / args.duration, 1),
+                    "wall_seconds": round(seconds, 1),
+                    "events_per_commit": round(events / max(batches, 1), 1),
+                    "mints_per_second": round(sum(len(o["latencies_us"]) for o in outs) / args.duration, 1),
+                    "errors": sum(o["errors"] for o in outs),
+                }
                 print(f"  audited writes, {key}: {rates[key]}", flush=True)
         report["audited_writes_per_second"] = rates
     return report
@@ -326,12 +446,27 @@ def main(args) -> int:
     finally:
         fleet.stop()
     report["elapsed_seconds"] = round(time.monotonic() - started, 1)
-    report["at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    report["at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"replicas-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(report, indent=2, default=str))
-    print(json.dumps({k: report[k] for k in ("invariants", "audited_writes_per_second") if k in report}, indent=2, default=str))
-    ok = all(report["invariants"][k] for k in ("every_version_stored_once", "zero_5xx", "discovery_agrees_within_1s",
-                                               "audit_verify_passes", "change_feed_gap_free", "audit_chain_gap_free"))
-    print(f"\n{'all invariants hold' if ok else 'INVARIANT BROKEN'}; {report['elapsed_seconds']:.0f}s; results in {path}")
+    print(
+        json.dumps(
+            {k: report[k] for k in ("invariants", "audited_writes_per_second") if k in report}, indent=2, default=str
+        )
+    )
+    ok = all(
+        report["invariants"][k]
+        for k in (
+            "every_version_stored_once",
+            "zero_5xx",
+            "discovery_agrees_within_1s",
+            "audit_verify_passes",
+            "change_feed_gap_free",
+            "audit_chain_gap_free",
+        )
+    )
+    print(
+        f"\n{'all invariants hold' if ok else 'INVARIANT BROKEN'}; {report['elapsed_seconds']:.0f}s; results in {path}"
+    )
     return 0 if ok else 1

@@ -30,7 +30,8 @@ async def get_agent(conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_
         f"""SELECT {AGENT_COLUMNS}, {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances,
                    {LEASE_BOUNDS_SQL} AS lease_bounds
               FROM agents a WHERE a.tenant = $1 AND a.agent_id = $2""",
-        tenant, agent_id,
+        tenant,
+        agent_id,
     )
 
 
@@ -44,7 +45,9 @@ async def registration_hash(conn: asyncpg.Connection | asyncpg.Pool, tenant: str
 async def set_registration_hash(conn: asyncpg.Connection, tenant: str, agent_id: str, digest: str) -> None:
     await conn.execute(
         "UPDATE agents SET registration_hash = $3 WHERE tenant = $1 AND agent_id = $2 AND registration_hash IS DISTINCT FROM $3",
-        tenant, agent_id, digest,
+        tenant,
+        agent_id,
+        digest,
     )
 
 
@@ -58,8 +61,16 @@ async def insert_agent(conn: asyncpg.Connection, tenant: str, agent_id: str, fie
         """INSERT INTO agents (tenant, agent_id, name, description, version, provider, visibility,
                                shared_with, card, card_hash)
            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)""",
-        tenant, agent_id, fields["name"], fields["description"], fields["version"], fields["provider"],
-        fields["visibility"], fields["shared_with"], fields["card"], fields["card_hash"],
+        tenant,
+        agent_id,
+        fields["name"],
+        fields["description"],
+        fields["version"],
+        fields["provider"],
+        fields["visibility"],
+        fields["shared_with"],
+        fields["card"],
+        fields["card_hash"],
     )
 
 
@@ -68,8 +79,16 @@ async def update_agent(conn: asyncpg.Connection, tenant: str, agent_id: str, fie
         """UPDATE agents SET name = $3, description = $4, version = $5, provider = $6, visibility = $7,
                              shared_with = $8, card = $9, card_hash = $10, updated_at = now()
             WHERE tenant = $1 AND agent_id = $2""",
-        tenant, agent_id, fields["name"], fields["description"], fields["version"], fields["provider"],
-        fields["visibility"], fields["shared_with"], fields["card"], fields["card_hash"],
+        tenant,
+        agent_id,
+        fields["name"],
+        fields["description"],
+        fields["version"],
+        fields["provider"],
+        fields["visibility"],
+        fields["shared_with"],
+        fields["card"],
+        fields["card_hash"],
     )
 
 
@@ -120,7 +139,7 @@ async def renew_leases(
     """
     if not renewals:
         return []
-    columns = [list(column) for column in zip(*renewals)]
+    columns = [list(column) for column in zip(*renewals, strict=False)]
     async with conn.transaction():
         await conn.execute(
             f"""SELECT 1 FROM agents a
@@ -131,7 +150,9 @@ async def renew_leases(
                                              AND x.expires_at > now() + interval '{_LAPSE_MARGIN}'))
                  ORDER BY a.tenant, a.agent_id
                    FOR NO KEY UPDATE OF a""",
-            columns[0], columns[1], columns[2],
+            columns[0],
+            columns[1],
+            columns[2],
         )
         rows = await conn.fetch(
             """WITH input AS (
@@ -190,7 +211,9 @@ async def renew_leases(
                 WHERE (SELECT count(*) FROM notified) >= 0
                UNION ALL
                SELECT f.tenant, f.agent_id, f.instance_id, NULL::timestamptz, NULL::bigint FROM refused f""",
-            *columns, channel, max_instances,
+            *columns,
+            channel,
+            max_instances,
         )
     return [RenewedLease(*row) for row in rows]
 
@@ -208,7 +231,9 @@ async def live_instances(
         """SELECT instance_id, url, expires_at, load, last_seen_at, count(*) OVER () AS total FROM agent_instances
             WHERE tenant = $1 AND agent_id = $2 AND expires_at > now()
             ORDER BY load ASC NULLS LAST, instance_id LIMIT $3""",
-        tenant, agent_id, limit,
+        tenant,
+        agent_id,
+        limit,
     )
     return list(rows), (rows[0]["total"] if rows else 0)
 
@@ -227,7 +252,8 @@ async def least_loaded_instances(
              JOIN agent_instances i ON i.tenant = k.tenant AND i.agent_id = k.agent_id
             WHERE i.expires_at > now()
             ORDER BY i.tenant, i.agent_id, coalesce(i.load, 1), i.last_seen_at DESC, i.instance_id""",
-        [t for t, _ in agents], [a for _, a in agents],
+        [t for t, _ in agents],
+        [a for _, a in agents],
     )
     return {(r["tenant"], r["agent_id"]): r for r in rows}
 

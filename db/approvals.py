@@ -33,7 +33,9 @@ async def decide(conn: asyncpg.Connection, approval_id: str, status: str, decide
         """UPDATE approvals SET status = $2, decided_by = $3, decided_at = now()
             WHERE approval_id = $1 AND status = 'pending' AND expires_at > now()
         RETURNING true""",
-        approval_id, status, decided_by,
+        approval_id,
+        status,
+        decided_by,
     )
     return bool(decided)
 
@@ -48,6 +50,7 @@ async def collect(conn: asyncpg.Connection, approval_id: str, jti: str) -> bool:
         """UPDATE approvals SET status = 'collected', collected_jti = $2
             WHERE approval_id = $1 AND status = 'approved' AND expires_at > now()
         RETURNING true""",
-        approval_id, jti,
+        approval_id,
+        jti,
     )
     return bool(collected)

@@ -23,7 +23,7 @@ SIDE_EFFECT_NAMES = ("none", "idempotent", "write", "destructive")  # by rank
 
 Bind = Callable[[Any], str]
 
-# registry.ard_names.default_domain in SQL (tests check that the two agree).
+# registry.ard.names.default_domain in SQL (tests check that the two agree).
 _DNS_NAME_RE = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$"
 
 
@@ -41,7 +41,7 @@ def publisher_sql(column: str, bind: Bind, configured: dict[str, str]) -> str:
 
 
 class TextMatch(msgspec.Struct, frozen=True):
-    """Ranked search's plan of a text (registry.ranking.plan_query: tsquery texts of its words, stop
+    """Ranked search's plan of a text (registry.discovery.ranking.plan_query: tsquery texts of its words, stop
     words dropped, corrections added): a version matches when any word's query does, and its score
     is db.ranked_search's (words matched times (words + 1), plus those matched in id, name or tags)."""
 
@@ -53,7 +53,7 @@ class TextMatch(msgspec.Struct, frozen=True):
 def _terms(bind: Bind, text: TextMatch) -> str:
     """One tsquery per word (and per word restricted to id, name and tags), parsed once."""
     columns = [f"to_tsquery('english', {bind(text.any_query)}) AS any_q"]
-    for i, (word_query, head_query) in enumerate(zip(text.word_queries, text.head_queries)):
+    for i, (word_query, head_query) in enumerate(zip(text.word_queries, text.head_queries, strict=False)):
         columns.append(f"to_tsquery('english', {bind(word_query)}) AS w{i}")
         columns.append(f"to_tsquery('english', {bind(head_query)}) AS h{i}")
     return "SELECT " + ", ".join(columns)
@@ -149,7 +149,9 @@ def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text
             f"bool_or(cardinality(l.data_regions) = 0 OR l.data_regions && {bind(list(where.regions))}::text[]) AS has_region"
         )
         entry_filters.append("s.has_region")
-    latest = latest_versions("a", f"c.skill_id, c.tags, c.side_effect_rank, c.data_regions, {match} AS text_match, {relevance} AS relevance")
+    latest = latest_versions(
+        "a", f"c.skill_id, c.tags, c.side_effect_rank, c.data_regions, {match} AS text_match, {relevance} AS relevance"
+    )
     return f"""{prelude}matched AS (
         SELECT a.tenant, a.agent_id, s.capabilities, s.side_effect_rank, s.score
           FROM {sources}
@@ -175,8 +177,13 @@ class Query:
 
 
 async def ranked_page(
-    conn: asyncpg.Connection, *, viewer_tenant: str | None, where: EntryFilter, text: TextMatch | None,
-    after: tuple[int, str] | None, limit: int,
+    conn: asyncpg.Connection,
+    *,
+    viewer_tenant: str | None,
+    where: EntryFilter,
+    text: TextMatch | None,
+    after: tuple[int, str] | None,
+    limit: int,
 ) -> list[asyncpg.Record]:
     """Entries by relevance (their best skill's score), best first: (tenant, agent_id, score, tie). Ties in the order of the
     agents' capability refs (`tenant/agentId/...`, bytewise), as ranked discovery orders its ties,
@@ -198,8 +205,13 @@ async def ranked_page(
 
 
 async def identifier_page(
-    conn: asyncpg.Connection, *, viewer_tenant: str | None, where: EntryFilter, configured: dict[str, str],
-    after: str | None, limit: int,
+    conn: asyncpg.Connection,
+    *,
+    viewer_tenant: str | None,
+    where: EntryFilter,
+    configured: dict[str, str],
+    after: str | None,
+    limit: int,
 ) -> list[asyncpg.Record]:
     """Entries in identifier order (`urn:air:{publisher}:{agentId}`, bytewise): (tenant, agent_id, identifier)."""
     query = Query()
@@ -235,15 +247,18 @@ async def entry_rows(conn: asyncpg.Connection, keys: Sequence[tuple[str, str]]) 
                              FROM capability_versions c
                             WHERE c.tenant = a.tenant AND c.agent_id = a.agent_id AND {IN_FORCE}
                             ORDER BY c.skill_id, c.prerelease, c.version_key DESC) l) s""",
-        [k[0] for k in keys], [k[1] for k in keys],
+        [k[0] for k in keys],
+        [k[1] for k in keys],
     )
 
 
 # Facet fields and the SQL of their (value, count) groups over `matched`.
 def _facet_groups(field: str, publisher: str) -> str:
     def per_entry(column: str) -> str:  # each value once per entry, over its latest versions
-        return (f"SELECT v AS value, count(*) AS n FROM matched m CROSS JOIN LATERAL (SELECT DISTINCT v FROM"
-                f" ({latest_versions('m', 'c.' + column)}) l CROSS JOIN unnest(l.{column}) v) x GROUP BY v")
+        return (
+            f"SELECT v AS value, count(*) AS n FROM matched m CROSS JOIN LATERAL (SELECT DISTINCT v FROM"
+            f" ({latest_versions('m', 'c.' + column)}) l CROSS JOIN unnest(l.{column}) v) x GROUP BY v"
+        )
 
     return {
         "type": f"SELECT '{A2A_CARD_TYPE}'::text AS value, count(*) AS n FROM matched HAVING count(*) > 0",
@@ -251,18 +266,24 @@ def _facet_groups(field: str, publisher: str) -> str:
         "capabilities": "SELECT v AS value, count(*) AS n FROM matched m CROSS JOIN unnest(m.capabilities) v GROUP BY v",
         "publisher": f"SELECT {publisher} AS value, count(*) AS n FROM matched m GROUP BY m.tenant",
         "version": "SELECT a.version AS value, count(*) AS n FROM matched m JOIN agents a"
-                   " ON a.tenant = m.tenant AND a.agent_id = m.agent_id GROUP BY a.version",
+        " ON a.tenant = m.tenant AND a.agent_id = m.agent_id GROUP BY a.version",
         "metadata.capreg.sideEffectMax": "SELECT (ARRAY['none', 'idempotent', 'write', 'destructive'])[m.side_effect_rank + 1] AS value,"
-                                         " count(*) AS n FROM matched m GROUP BY m.side_effect_rank",
+        " count(*) AS n FROM matched m GROUP BY m.side_effect_rank",
         "metadata.capreg.dataRegions": per_entry("data_regions"),
         "metadata.capreg.health": f"SELECT h.health AS value, count(*) AS n FROM (SELECT {HEALTH_SQL} AS health FROM matched m"
-                                  " JOIN agents a ON a.tenant = m.tenant AND a.agent_id = m.agent_id) h GROUP BY h.health",
+        " JOIN agents a ON a.tenant = m.tenant AND a.agent_id = m.agent_id) h GROUP BY h.health",
     }[field]
 
 
 FACET_FIELDS = (
-    "type", "tags", "capabilities", "publisher", "version",
-    "metadata.capreg.sideEffectMax", "metadata.capreg.dataRegions", "metadata.capreg.health",
+    "type",
+    "tags",
+    "capabilities",
+    "publisher",
+    "version",
+    "metadata.capreg.sideEffectMax",
+    "metadata.capreg.dataRegions",
+    "metadata.capreg.health",
 )
 
 
@@ -273,8 +294,13 @@ class FacetRequest(msgspec.Struct, frozen=True):
 
 
 async def facet_counts(
-    conn: asyncpg.Connection, *, viewer_tenant: str | None, where: EntryFilter, text: TextMatch | None,
-    facets: Sequence[FacetRequest], configured: dict[str, str],
+    conn: asyncpg.Connection,
+    *,
+    viewer_tenant: str | None,
+    where: EntryFilter,
+    text: TextMatch | None,
+    facets: Sequence[FacetRequest],
+    configured: dict[str, str],
 ) -> list[asyncpg.Record]:
     """Buckets (field, value, n, other=false, rn), rn ranking them per field (count, then value bytewise), at
     most `limit` of them with at least `min_count`; and per field one row (field, NULL, n, other=true)
@@ -286,9 +312,11 @@ async def facet_counts(
         f"SELECT {query.bind(facet.field)}::text AS field, g.value, g.n FROM ({_facet_groups(facet.field, publisher)}) g"
         for facet in facets
     )
-    params = (f"SELECT * FROM unnest({query.bind([f.field for f in facets])}::text[], "
-              f"{query.bind([f.limit for f in facets])}::int[], {query.bind([f.min_count for f in facets])}::int[])"
-              " AS p(field, lim, min_count)")
+    params = (
+        f"SELECT * FROM unnest({query.bind([f.field for f in facets])}::text[], "
+        f"{query.bind([f.limit for f in facets])}::int[], {query.bind([f.min_count for f in facets])}::int[])"
+        " AS p(field, lim, min_count)"
+    )
     sql = f"""WITH {ctes}, groups AS ({groups}), params AS ({params}),
         ranked AS (
             SELECT g.field, g.value, g.n, p.lim,

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 import uuid
+from datetime import UTC, datetime
 
 import asyncpg
 import msgspec
@@ -51,18 +50,36 @@ async def append_events(conn: asyncpg.Connection, events: list[AuditEvent]) -> l
         entries = [(chain, event) for chain, event in entries if chain in heads]
     seqs = await conn.fetchval("SELECT array_agg(nextval('audit_event_seq')) FROM generate_series(1, $1)", len(entries))
     seqs.sort()
-    at = datetime.now(timezone.utc)
+    at = datetime.now(UTC)
     event_ids = {id(event): str(uuid.uuid4()) for event in events}
     rows = []
-    for (chain, event), seq in zip(entries, seqs):
+    for (chain, event), seq in zip(entries, seqs, strict=False):
         chain_seq, prev = heads[chain]
         chain_seq += 1
         event_id = event_ids[id(event)]
         digest = entry_hash(prev, chain=chain, chain_seq=chain_seq, event_id=event_id, seq=seq, at=at, event=event)
         rows.append(
-            (seq, at, event.tenant, event.actor_tenant, event.type, event.actor, event.on_behalf_of,
-             event.ref, list(event.scopes), event.outcome, event.reason, event.trace_id, prev, digest,
-             event.actor_issuer, event.request_id, chain, chain_seq, event_id)
+            (
+                seq,
+                at,
+                event.tenant,
+                event.actor_tenant,
+                event.type,
+                event.actor,
+                event.on_behalf_of,
+                event.ref,
+                list(event.scopes),
+                event.outcome,
+                event.reason,
+                event.trace_id,
+                prev,
+                digest,
+                event.actor_issuer,
+                event.request_id,
+                chain,
+                chain_seq,
+                event_id,
+            )
         )
         heads[chain] = (chain_seq, digest)
     await conn.executemany(
@@ -75,14 +92,17 @@ async def append_events(conn: asyncpg.Connection, events: list[AuditEvent]) -> l
     await conn.execute(
         """UPDATE audit_chain_heads h SET chain_seq = x.cs, seq = x.s, hash = x.h
              FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[]) AS x(c, cs, s, h) WHERE h.chain = x.c""",
-        written, [heads[c][0] for c in written], [last_seq[c] for c in written], [heads[c][1] for c in written],
+        written,
+        [heads[c][0] for c in written],
+        [last_seq[c] for c in written],
+        [heads[c][1] for c in written],
     )
     return [row[0] for row in rows]
 
 
 async def _lock_heads(conn: asyncpg.Connection, chains: list[str]) -> dict[str, tuple[int, str]]:
     rows = await conn.fetch(
-        "SELECT chain, chain_seq, hash FROM audit_chain_heads WHERE chain = ANY($1::text[]) ORDER BY chain COLLATE \"C\" "
+        'SELECT chain, chain_seq, hash FROM audit_chain_heads WHERE chain = ANY($1::text[]) ORDER BY chain COLLATE "C" '
         "FOR UPDATE",
         chains,
     )
@@ -93,9 +113,11 @@ async def _creatable_chains(conn: asyncpg.Connection, chains: list[str], actor_t
     """Of chains not yet started, those that may start now: an actor's tenant (a caller's token names
     it), the registry's own, or a tenant with agents. A caller naming a tenant that does not exist in a
     path cannot create chains (each would be a leaf of every checkpoint)."""
-    known = set(await conn.fetchval(
-        "SELECT coalesce(array_agg(DISTINCT tenant), '{}') FROM agents WHERE tenant = ANY($1::text[])", chains
-    ))
+    known = set(
+        await conn.fetchval(
+            "SELECT coalesce(array_agg(DISTINCT tenant), '{}') FROM agents WHERE tenant = ANY($1::text[])", chains
+        )
+    )
     return [c for c in chains if c in actor_tenants or c == REGISTRY_CHAIN or c in known]
 
 
@@ -111,7 +133,9 @@ async def iter_all(conn: asyncpg.Connection, batch: int = 5000, *, after: int = 
         rows = await conn.fetch(
             f"SELECT {AUDIT_COLUMNS} FROM audit_events WHERE chain IS NULL AND seq > $1 AND seq <= $2 "
             "ORDER BY seq LIMIT $3",
-            after, upto, batch,
+            after,
+            upto,
+            batch,
         )
         if not rows:
             return
@@ -130,7 +154,10 @@ async def chain_batches(
         rows = await conn.fetch(
             f"SELECT {AUDIT_COLUMNS} FROM audit_events WHERE chain = $1 AND chain_seq > $2 AND chain_seq <= $3 "
             "ORDER BY chain_seq LIMIT $4",
-            chain, after, upto, batch,
+            chain,
+            after,
+            upto,
+            batch,
         )
         if not rows:
             return

@@ -12,13 +12,13 @@ an entry's encoding starts with a version tag and those three, then `seq` and ev
 
 Events never carry text PostgreSQL cannot store: such characters are escaped when the event is built
 (db.unstorable), so describing a hostile request can never fail the transaction it is written in.
-The types are camelCase on the wire, like every body the registry serves (registry.wire).
+The types are camelCase on the wire, like every body the registry serves (registry.core.wire).
 """
 
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import msgspec
 
@@ -58,8 +58,19 @@ class AuditEvent(msgspec.Struct, rename="camel", kw_only=True):
             self.scopes = [escaped(s) for s in self.scopes]
 
 
-_TEXT_FIELDS = ("type", "outcome", "tenant", "actor_tenant", "actor", "on_behalf_of", "ref", "reason", "trace_id",
-                "actor_issuer", "request_id")
+_TEXT_FIELDS = (
+    "type",
+    "outcome",
+    "tenant",
+    "actor_tenant",
+    "actor",
+    "on_behalf_of",
+    "ref",
+    "reason",
+    "trace_id",
+    "actor_issuer",
+    "request_id",
+)
 
 
 class AuditRecord(msgspec.Struct, rename="camel", kw_only=True):
@@ -94,24 +105,24 @@ def event_chains(event: AuditEvent) -> list[str]:
 
 
 def _epoch_micros(at: datetime) -> int:
-    delta = at.astimezone(timezone.utc) - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    delta = at.astimezone(UTC) - datetime(1970, 1, 1, tzinfo=UTC)
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def event_hash(prev_hash: str, seq: int, at: datetime, event: AuditEvent) -> str:
     fields = [
-            seq,
-            _epoch_micros(at),
-            event.tenant,
-            event.actor_tenant,
-            event.type,
-            event.actor,
-            event.on_behalf_of,
-            event.ref,
-            list(event.scopes),
-            event.outcome,
-            event.reason,
-            event.trace_id,
+        seq,
+        _epoch_micros(at),
+        event.tenant,
+        event.actor_tenant,
+        event.type,
+        event.actor,
+        event.on_behalf_of,
+        event.ref,
+        list(event.scopes),
+        event.outcome,
+        event.reason,
+        event.trace_id,
     ]
     if event.actor_issuer is not None or event.request_id is not None:
         fields += [event.actor_issuer, event.request_id]
@@ -125,9 +136,24 @@ def entry_hash(
     """The hash of a chain entry (since migration 0009): links `prev_hash`, and covers the entry's
     place (chain, chainSeq, eventId, seq), its time and every field of the event."""
     fields = [
-        _CHAIN_ENTRY_TAG, chain, chain_seq, event_id, seq, _epoch_micros(at), event.tenant, event.actor_tenant,
-        event.type, event.actor, event.on_behalf_of, event.ref, list(event.scopes), event.outcome, event.reason,
-        event.trace_id, event.actor_issuer, event.request_id,
+        _CHAIN_ENTRY_TAG,
+        chain,
+        chain_seq,
+        event_id,
+        seq,
+        _epoch_micros(at),
+        event.tenant,
+        event.actor_tenant,
+        event.type,
+        event.actor,
+        event.on_behalf_of,
+        event.ref,
+        list(event.scopes),
+        event.outcome,
+        event.reason,
+        event.trace_id,
+        event.actor_issuer,
+        event.request_id,
     ]
     return hashlib.sha256(prev_hash.encode() + b"\n" + msgspec.json.encode(fields)).hexdigest()
 
@@ -135,14 +161,27 @@ def entry_hash(
 def record_hash(record: AuditRecord) -> str:
     """Recompute a stored record's hash from its fields (what `capreg audit verify` checks)."""
     event = AuditEvent(
-        type=record.type, outcome=record.outcome, tenant=record.tenant, actor_tenant=record.actor_tenant,
-        actor=record.actor, on_behalf_of=record.on_behalf_of, ref=record.ref, scopes=list(record.scopes),
-        reason=record.reason, trace_id=record.trace_id, actor_issuer=record.actor_issuer,
+        type=record.type,
+        outcome=record.outcome,
+        tenant=record.tenant,
+        actor_tenant=record.actor_tenant,
+        actor=record.actor,
+        on_behalf_of=record.on_behalf_of,
+        ref=record.ref,
+        scopes=list(record.scopes),
+        reason=record.reason,
+        trace_id=record.trace_id,
+        actor_issuer=record.actor_issuer,
         request_id=record.request_id,
     )
     if record.chain is None:
         return event_hash(record.prev_hash, record.seq, record.at, event)
     return entry_hash(
-        record.prev_hash, chain=record.chain, chain_seq=record.chain_seq or 0, event_id=record.event_id or "",
-        seq=record.seq, at=record.at, event=event,
+        record.prev_hash,
+        chain=record.chain,
+        chain_seq=record.chain_seq or 0,
+        event_id=record.event_id or "",
+        seq=record.seq,
+        at=record.at,
+        event=event,
     )

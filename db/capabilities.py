@@ -17,14 +17,13 @@ PUBLIC_COLUMNS = (
 )
 # The fixtures themselves (up to 100 of 64 KiB) are read only for the version released (`fixtures_of`).
 DETAIL_COLUMNS = (
-    PUBLIC_COLUMNS + ", c.examples, c.input_schema, c.output_schema, c.input_modes, c.output_modes, c.fixture_count, c.baseline"
+    PUBLIC_COLUMNS
+    + ", c.examples, c.input_schema, c.output_schema, c.input_modes, c.output_modes, c.fixture_count, c.baseline"
 )
 
 # Discovery, cards, `latest` and ranges show what is in force now: not retired, not a candidate
 # (a version waiting for its replay, docs/api.md#the-replay-gate), and effective. The one definition.
-IN_FORCE = (
-    "c.status <> 'retired' AND c.status <> 'candidate' AND (c.effective_at IS NULL OR c.effective_at <= now())"
-)
+IN_FORCE = "c.status <> 'retired' AND c.status <> 'candidate' AND (c.effective_at IS NULL OR c.effective_at <= now())"
 VISIBLE_TO = "(a.visibility = 'public' OR a.tenant = {t} OR {t} = ANY (a.shared_with))"
 # When the agent's lease figures would next change by themselves: its first live lease lapsing
 # (liveInstances drops; health flips at the last one). Cached pages end there.
@@ -35,7 +34,8 @@ LEASE_UNTIL_SQL = """(SELECT min(i.expires_at) FROM agent_instances i
 async def content_hashes(conn: asyncpg.Connection, tenant: str, agent_id: str) -> dict[tuple[str, str], str]:
     rows = await conn.fetch(
         "SELECT skill_id, version, content_hash FROM capability_versions WHERE tenant = $1 AND agent_id = $2",
-        tenant, agent_id,
+        tenant,
+        agent_id,
     )
     return {(r["skill_id"], r["version"]): r["content_hash"] for r in rows}
 
@@ -81,7 +81,9 @@ async def skill_versions(
               FROM capability_versions c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
              WHERE c.tenant = $1 AND c.agent_id = $2 AND c.skill_id = $3
              ORDER BY c.version_key DESC""",
-        tenant, agent_id, skill_id,
+        tenant,
+        agent_id,
+        skill_id,
     )
 
 
@@ -95,7 +97,8 @@ async def latest_per_skill(
               FROM capability_versions c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
              WHERE c.tenant = $1 AND c.agent_id = $2 AND {IN_FORCE}
              ORDER BY c.skill_id, c.prerelease, c.version_key DESC""",
-        tenant, agent_id,
+        tenant,
+        agent_id,
     )
 
 
@@ -232,7 +235,8 @@ async def version_contracts(conn: asyncpg.Connection, tenant: str, agent_id: str
                   status, fixture_count
              FROM capability_versions
             WHERE tenant = $1 AND agent_id = $2 AND status <> 'retired'""",
-        tenant, agent_id,
+        tenant,
+        agent_id,
     )
 
 
@@ -243,19 +247,32 @@ async def lock_version_status(
     return await conn.fetchval(
         """SELECT status FROM capability_versions
             WHERE tenant = $1 AND agent_id = $2 AND skill_id = $3 AND version = $4 FOR UPDATE""",
-        tenant, agent_id, skill_id, version,
+        tenant,
+        agent_id,
+        skill_id,
+        version,
     )
 
 
 async def deprecate_version(
-    conn: asyncpg.Connection, tenant: str, agent_id: str, skill_id: str, version: str,
-    sunset_at: datetime | None, message: str | None,
+    conn: asyncpg.Connection,
+    tenant: str,
+    agent_id: str,
+    skill_id: str,
+    version: str,
+    sunset_at: datetime | None,
+    message: str | None,
 ) -> None:
     await conn.execute(
         """UPDATE capability_versions
               SET status = 'deprecated', sunset_at = $5, deprecation_message = $6, updated_at = now()
             WHERE tenant = $1 AND agent_id = $2 AND skill_id = $3 AND version = $4""",
-        tenant, agent_id, skill_id, version, sunset_at, message,
+        tenant,
+        agent_id,
+        skill_id,
+        version,
+        sunset_at,
+        message,
     )
 
 
@@ -263,7 +280,10 @@ async def retire_version(conn: asyncpg.Connection, tenant: str, agent_id: str, s
     await conn.execute(
         """UPDATE capability_versions SET status = 'retired', updated_at = now()
             WHERE tenant = $1 AND agent_id = $2 AND skill_id = $3 AND version = $4""",
-        tenant, agent_id, skill_id, version,
+        tenant,
+        agent_id,
+        skill_id,
+        version,
     )
 
 
@@ -274,7 +294,10 @@ async def fixtures_of(
     fixtures = await conn.fetchval(
         """SELECT fixtures FROM capability_versions
             WHERE tenant = $1 AND agent_id = $2 AND skill_id = $3 AND version = $4""",
-        tenant, agent_id, skill_id, version,
+        tenant,
+        agent_id,
+        skill_id,
+        version,
     )
     return fixtures or []
 
@@ -286,7 +309,10 @@ async def version_status(
     return await conn.fetchval(
         """SELECT status FROM capability_versions
             WHERE tenant = $1 AND agent_id = $2 AND skill_id = $3 AND version = $4""",
-        tenant, agent_id, skill_id, version,
+        tenant,
+        agent_id,
+        skill_id,
+        version,
     )
 
 
@@ -301,7 +327,10 @@ async def replay_subject(
              LEFT JOIN capability_versions b
                ON b.tenant = c.tenant AND b.agent_id = c.agent_id AND b.skill_id = c.skill_id AND b.version = c.baseline
             WHERE c.tenant = $1 AND c.agent_id = $2 AND c.skill_id = $3 AND c.version = $4""",
-        tenant, agent_id, skill_id, version,
+        tenant,
+        agent_id,
+        skill_id,
+        version,
     )
 
 
@@ -310,5 +339,8 @@ async def release_candidate(conn: asyncpg.Connection, tenant: str, agent_id: str
     await conn.execute(
         """UPDATE capability_versions SET status = 'active', updated_at = now()
             WHERE tenant = $1 AND agent_id = $2 AND skill_id = $3 AND version = $4 AND status = 'candidate'""",
-        tenant, agent_id, skill_id, version,
+        tenant,
+        agent_id,
+        skill_id,
+        version,
     )

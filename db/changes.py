@@ -33,7 +33,8 @@ async def record_changes(conn: asyncpg.Connection, changes: list[tuple[str, str,
     await conn.execute(
         """INSERT INTO changes (seq, kind, tenant, agent_id, ref, at)
            SELECT s, k, t, a, r, now() FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[]) AS x(s, k, t, a, r)""",
-        seqs, *(list(column) for column in zip(*changes)),
+        seqs,
+        *(list(column) for column in zip(*changes, strict=False)),
     )
     # Delivered on commit only; lets other processes invalidate caches and wake long-polls.
     await conn.execute("SELECT pg_notify($1, $2)", CHANGE_CHANNEL, str(last))
@@ -64,5 +65,9 @@ async def changes_after(
                                WHERE v.tenant = c.tenant AND v.agent_id = c.agent_id AND v.effective_at > now()
                                  AND c.ref = v.tenant || '/' || v.agent_id || '/' || v.skill_id || '@' || v.version)
             ORDER BY c.seq LIMIT $3""",
-        after, tenant, limit, upto, CANDIDATE_CHANGE_KIND,
+        after,
+        tenant,
+        limit,
+        upto,
+        CANDIDATE_CHANGE_KIND,
     )

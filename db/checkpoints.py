@@ -13,19 +13,36 @@ CHECKPOINT_LOCK = 0x6361_7072_6567_0009
 
 
 async def insert_checkpoint(
-    conn: asyncpg.Connection | asyncpg.Pool, *, seq: int, hash: str, at: datetime, kid: str, signature: str,
-    root: str, heads: list[tuple[str, int, str]],
+    conn: asyncpg.Connection | asyncpg.Pool,
+    *,
+    seq: int,
+    hash: str,
+    at: datetime,
+    kid: str,
+    signature: str,
+    root: str,
+    heads: list[tuple[str, int, str]],
 ) -> None:
     """Store a checkpoint and the chain heads (sorted by chain) its root covers; one per root and key."""
     await conn.execute(
         f"INSERT INTO audit_checkpoints ({CHECKPOINT_COLUMNS}, {HEAD_COLUMNS}) "
         "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (root, kid) WHERE root IS NOT NULL DO NOTHING",
-        seq, hash, at, kid, signature, root, len(heads),
-        [h[0] for h in heads], [h[1] for h in heads], [h[2] for h in heads],
+        seq,
+        hash,
+        at,
+        kid,
+        signature,
+        root,
+        len(heads),
+        [h[0] for h in heads],
+        [h[1] for h in heads],
+        [h[2] for h in heads],
     )
 
 
-async def latest_checkpoint(conn: asyncpg.Connection | asyncpg.Pool, *, with_heads: bool = False) -> asyncpg.Record | None:
+async def latest_checkpoint(
+    conn: asyncpg.Connection | asyncpg.Pool, *, with_heads: bool = False
+) -> asyncpg.Record | None:
     """The newest checkpoint (`with_heads`: with the chain heads it covers)."""
     columns = f"{CHECKPOINT_COLUMNS}, {HEAD_COLUMNS}" if with_heads else CHECKPOINT_COLUMNS
     return await conn.fetchrow(f"SELECT {columns} FROM audit_checkpoints ORDER BY id DESC LIMIT 1")
@@ -35,7 +52,7 @@ def covered_heads(row: asyncpg.Record) -> list[tuple[str, int, str]]:
     """The (chain, chainSeq, hash) heads a checkpoint row read `with_heads` covers, in tree order."""
     if row["root"] is None:
         return []
-    return list(zip(row["head_chains"], row["head_chain_seqs"], row["head_hashes"]))
+    return list(zip(row["head_chains"], row["head_chain_seqs"], row["head_hashes"], strict=False))
 
 
 async def every_public_key(conn: asyncpg.Connection | asyncpg.Pool) -> list[dict]:

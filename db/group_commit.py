@@ -34,8 +34,8 @@ from typing import Any, TypeVar
 import asyncpg
 
 from db.audit import append_events
-from db.batching import BatchQueue
 from db.audit_events import AuditEvent, event_chains
+from db.batching import BatchQueue
 from db.changes import record_changes
 
 log = logging.getLogger("capreg.db")

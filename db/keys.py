@@ -25,7 +25,9 @@ async def current_key(conn: asyncpg.Connection) -> asyncpg.Record | None:
 async def insert_key(conn: asyncpg.Connection, kid: str, private_pem: str, public_jwk: dict) -> None:
     await conn.execute(
         "INSERT INTO signing_keys (kid, private_pem, public_jwk) VALUES ($1, $2, $3)",
-        kid, private_pem, public_jwk,
+        kid,
+        private_pem,
+        public_jwk,
     )
 
 
@@ -38,7 +40,8 @@ async def retire_current(conn: asyncpg.Connection, publish_until: datetime, *, r
                   publish_until = CASE WHEN $2 THEN now()
                       ELSE greatest($1, (SELECT max(t.expires_at) FROM tickets t WHERE t.kid = k.kid)) END
             WHERE retired_at IS NULL""",
-        publish_until, remove,
+        publish_until,
+        remove,
     )
     await conn.execute("SELECT pg_notify($1, 'rotated')", KEYS_CHANNEL)
 

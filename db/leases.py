@@ -9,7 +9,7 @@ commit per batch. The answer of each request leaves after that commit made its l
 registered ride in the same statement and simply get no row back, so a storm of them costs no
 more than the same number of valid ones.
 
-Input is validated before it is queued (registry.routes.agents.Heartbeat); should a batch fail
+Input is validated before it is queued (registry.agents.routes.Heartbeat); should a batch fail
 all the same, each renewal is retried alone, so one request can never fail another.
 """
 

@@ -42,8 +42,7 @@ async def apply_migrations(conn: asyncpg.Connection, *, upto: int | None = None)
                        applied_at timestamptz NOT NULL DEFAULT now())"""
             )
         applied = {
-            row["version"]: row
-            for row in await conn.fetch("SELECT version, name, sha256 FROM schema_migrations")
+            row["version"]: row for row in await conn.fetch("SELECT version, name, sha256 FROM schema_migrations")
         }
         done = []
         for version, name, sql in migration_files():
@@ -57,7 +56,9 @@ async def apply_migrations(conn: asyncpg.Connection, *, upto: int | None = None)
                 await conn.execute(sql)
                 await conn.execute(
                     "INSERT INTO schema_migrations (version, name, sha256) VALUES ($1, $2, $3)",
-                    version, name, _digest(sql),
+                    version,
+                    name,
+                    _digest(sql),
                 )
             done.append(name)
         return done

@@ -34,7 +34,11 @@ async def _reset_connection(conn: asyncpg.Connection) -> None:
 
 async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
     return await asyncpg.create_pool(
-        dsn, min_size=min_size, max_size=max_size, init=_init_connection, reset=_reset_connection,
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        init=_init_connection,
+        reset=_reset_connection,
         command_timeout=30,
     )
 

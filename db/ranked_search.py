@@ -41,7 +41,9 @@ async def analyse_words(
                         ELSE '{{}}'::text[] END AS near
               FROM unnest($1::text[]) WITH ORDINALITY AS w(word, n)
              ORDER BY w.n""",
-        words, correct_min, correct_max,
+        words,
+        correct_min,
+        correct_max,
     )
 
 
@@ -67,7 +69,7 @@ async def ranked(
     """One page of capability rows matching `any_query`, best first: `score` (words matched times
     (words + 1) plus words matched in id, name or tags) descending, then `ref` bytewise.
 
-    The queries are `to_tsquery('english', ...)` texts built by registry.ranking from words that
+    The queries are `to_tsquery('english', ...)` texts built by registry.discovery.ranking from words that
     hold only letters and digits (so nothing in them is an operator): `word_queries[i]` matches the
     i-th query word (or one of its corrections), `head_queries[i]` the same restricted to id, name
     and tags (`:AB`). Filters as in db.capabilities.discover: on the (tenant, agent, skill) key before
@@ -82,7 +84,7 @@ async def ranked(
     # One tsquery per word (and per word restricted to id, name and tags), parsed once per query.
     words = len(word_queries)
     term_columns = [f"to_tsquery('english', {bind(any_query)}) AS any_q"]
-    for i, (word_query, head_query) in enumerate(zip(word_queries, head_queries)):
+    for i, (word_query, head_query) in enumerate(zip(word_queries, head_queries, strict=False)):
         term_columns.append(f"to_tsquery('english', {bind(word_query)}) AS w{i}")
         term_columns.append(f"to_tsquery('english', {bind(head_query)}) AS h{i}")
     terms = "SELECT " + ", ".join(term_columns)

@@ -12,8 +12,16 @@ async def insert_replay(conn: asyncpg.Connection, row: dict[str, Any]) -> None:
         """INSERT INTO capability_replays
                (tenant, agent_id, skill_id, version, baseline, actor, actor_issuer, instance, verdict, errors)
            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)""",
-        row["tenant"], row["agent_id"], row["skill_id"], row["version"], row["baseline"], row["actor"],
-        row["actor_issuer"], row["instance"], row["verdict"], row["errors"],
+        row["tenant"],
+        row["agent_id"],
+        row["skill_id"],
+        row["version"],
+        row["baseline"],
+        row["actor"],
+        row["actor_issuer"],
+        row["instance"],
+        row["verdict"],
+        row["errors"],
     )
 
 
@@ -25,5 +33,9 @@ async def replays_of(
         """SELECT at, actor, verdict, errors FROM capability_replays
             WHERE tenant = $1 AND agent_id = $2 AND skill_id = $3 AND version = $4
             ORDER BY id DESC LIMIT $5""",
-        tenant, agent_id, skill_id, version, limit,
+        tenant,
+        agent_id,
+        skill_id,
+        version,
+        limit,
     )

@@ -16,7 +16,8 @@ async def set_publisher_keys(conn: asyncpg.Connection, tenant: str, keys: list[d
     await conn.execute(
         """INSERT INTO publisher_keys (tenant, jwks) VALUES ($1, $2)
            ON CONFLICT (tenant) DO UPDATE SET jwks = EXCLUDED.jwks, updated_at = now()""",
-        tenant, {"keys": keys},
+        tenant,
+        {"keys": keys},
     )
 
 
@@ -28,7 +29,8 @@ async def signature_requirements(
     row = await conn.fetchrow(
         """SELECT (SELECT jwks FROM publisher_keys WHERE tenant = $1) AS jwks,
                   (SELECT publisher_kid FROM agents WHERE tenant = $1 AND agent_id = $2) AS kid""",
-        tenant, agent_id,
+        tenant,
+        agent_id,
     )
     return (list(row["jwks"]["keys"]) if row["jwks"] else []), row["kid"]
 
@@ -42,7 +44,10 @@ async def record_registration(
         """UPDATE agents SET registration_body = $3, publisher_kid = coalesce($4, publisher_kid)
             WHERE tenant = $1 AND agent_id = $2
               AND (registration_body IS DISTINCT FROM $3 OR publisher_kid IS DISTINCT FROM coalesce($4, publisher_kid))""",
-        tenant, agent_id, body, publisher_kid,
+        tenant,
+        agent_id,
+        body,
+        publisher_kid,
     )
 
 
@@ -62,7 +67,8 @@ async def registration_state(
                   coalesce((SELECT array_agg(k ->> 'kid') FROM publisher_keys p, jsonb_array_elements(p.jwks -> 'keys') k
                              WHERE p.tenant = a.tenant), '{}') AS kids
              FROM agents a WHERE a.tenant = $1 AND a.agent_id = $2""",
-        tenant, agent_id,
+        tenant,
+        agent_id,
     )
     if row is None:
         return None, None, None

@@ -99,7 +99,9 @@ async def claim_idempotency_key(conn: asyncpg.Connection, principal: str, key: s
                  SET body_hash = EXCLUDED.body_hash, status_code = NULL, response = NULL, created_at = now()
                WHERE ticket_idempotency.created_at <= now() - interval '24 hours'
         RETURNING true""",
-        principal, key, body_hash,
+        principal,
+        key,
+        body_hash,
     )
     return bool(claimed)
 
@@ -109,7 +111,8 @@ async def stored_response(conn: asyncpg.Connection | asyncpg.Pool, principal: st
     return await conn.fetchrow(
         """SELECT body_hash, status_code, response FROM ticket_idempotency
             WHERE principal = $1 AND idem_key = $2 AND created_at > now() - interval '24 hours'""",
-        principal, key,
+        principal,
+        key,
     )
 
 
@@ -118,5 +121,8 @@ async def store_response(
 ) -> None:
     await conn.execute(
         "UPDATE ticket_idempotency SET status_code = $3, response = $4 WHERE principal = $1 AND idem_key = $2",
-        principal, key, status_code, response,
+        principal,
+        key,
+        status_code,
+        response,
     )

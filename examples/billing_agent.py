@@ -60,22 +60,48 @@ CARD = AgentCard(
     capabilities=AgentCapabilities(streaming=False),
     default_input_modes=["application/json"],
     default_output_modes=["application/json"],
-    skills=[AgentSkill(id="invoice.lookup", name="Look up an invoice", description="Returns one invoice and its status.",
-                       tags=["finance", "invoice"], examples=["look up invoice inv-2026-091"])],
+    skills=[
+        AgentSkill(
+            id="invoice.lookup",
+            name="Look up an invoice",
+            description="Returns one invoice and its status.",
+            tags=["finance", "invoice"],
+            examples=["look up invoice inv-2026-091"],
+        )
+    ],
     # The a2a-sdk client sends credentials only for schemes the card declares and requires.
-    security_schemes={"capreg": SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(
-        scheme="bearer", bearer_format="JWT", description="a capreg delegation ticket for this agent"))},
+    security_schemes={
+        "capreg": SecurityScheme(
+            http_auth_security_scheme=HTTPAuthSecurityScheme(
+                scheme="bearer", bearer_format="JWT", description="a capreg delegation ticket for this agent"
+            )
+        )
+    },
     security_requirements=[SecurityRequirement(schemes={"capreg": StringList()})],
 )
 
 # What capreg needs beyond the A2A card: per-skill version, side effect, scopes and schemas.
-SKILL_FIELDS = {"invoice.lookup": {
-    "version": "1.0.0", "sideEffect": "none", "scopes": ["invoice:read"],
-    "inputSchema": {"type": "object", "properties": {"invoiceId": {"type": "string"}}, "required": ["invoiceId"],
-                    "additionalProperties": False},
-    "outputSchema": {"type": "object", "properties": {"invoiceId": {"type": "string"}, "status": {"type": "string"},
-                                                      "totalCents": {"type": "integer"}}},
-}}
+SKILL_FIELDS = {
+    "invoice.lookup": {
+        "version": "1.0.0",
+        "sideEffect": "none",
+        "scopes": ["invoice:read"],
+        "inputSchema": {
+            "type": "object",
+            "properties": {"invoiceId": {"type": "string"}},
+            "required": ["invoiceId"],
+            "additionalProperties": False,
+        },
+        "outputSchema": {
+            "type": "object",
+            "properties": {
+                "invoiceId": {"type": "string"},
+                "status": {"type": "string"},
+                "totalCents": {"type": "integer"},
+            },
+        },
+    }
+}
 
 
 class BillingExecutor(AgentExecutor):
@@ -88,7 +114,9 @@ class BillingExecutor(AgentExecutor):
         answer = {"invoice": invoice, "onBehalfOf": claims.sub, "calledBy": claims.caller, "ticket": claims.jti}
         if invoice is None:
             answer["error"] = "no such invoice" if allowed else "the ticket does not cover this invoice"
-        await event_queue.enqueue_event(new_data_message(answer, context_id=context.context_id, task_id=context.task_id))
+        await event_queue.enqueue_event(
+            new_data_message(answer, context_id=context.context_id, task_id=context.task_id)
+        )
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         raise NotImplementedError("lookups are not cancellable")
@@ -107,7 +135,9 @@ async def lifespan(app: Starlette):
 
 
 def create_app() -> Starlette:
-    verifier = TicketVerifier(REGISTRY, audience=f"{TENANT}/{AGENT_ID}", issuer=os.environ.get("CAPREG_ISSUER", "capreg"))
+    verifier = TicketVerifier(
+        REGISTRY, audience=f"{TENANT}/{AGENT_ID}", issuer=os.environ.get("CAPREG_ISSUER", "capreg")
+    )
     handler = DefaultRequestHandler(agent_executor=BillingExecutor(), task_store=InMemoryTaskStore(), agent_card=CARD)
     routes = create_agent_card_routes(CARD) + create_jsonrpc_routes(handler, "/a2a")
     backend = TicketAuthBackend(verifier, scope="invoice:read", skill="invoice.lookup")

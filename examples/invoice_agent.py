@@ -47,33 +47,62 @@ ENDPOINT = f"http://{HOST}:{PORT}/a2a"
 
 INVOICES = {"inv-2026-091": {"invoiceId": "inv-2026-091", "status": "open", "totalCents": 129900, "currency": "EUR"}}
 
-INPUT_SCHEMA = {"type": "object", "properties": {"invoiceId": {"type": "string"}}, "required": ["invoiceId"],
-                "additionalProperties": False}
-OUTPUT_SCHEMA = {"type": "object", "properties": {"invoiceId": {"type": "string"}, "status": {"type": "string"},
-                                                  "totalCents": {"type": "integer"}, "currency": {"type": "string"}},
-                 "required": ["invoiceId", "status"]}
+INPUT_SCHEMA = {
+    "type": "object",
+    "properties": {"invoiceId": {"type": "string"}},
+    "required": ["invoiceId"],
+    "additionalProperties": False,
+}
+OUTPUT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "invoiceId": {"type": "string"},
+        "status": {"type": "string"},
+        "totalCents": {"type": "integer"},
+        "currency": {"type": "string"},
+    },
+    "required": ["invoiceId", "status"],
+}
 # What every release must keep doing: old callers, old data, and the failure answer.
 FIXTURES = [
-    {"name": "open-invoice", "input": {"invoiceId": "inv-2026-091"},
-     "expect": {"outcome": "ok", "output": {"invoiceId": "inv-2026-091", "status": "open"}, "sideEffect": "none"}},
-    {"name": "unknown-invoice", "input": {"invoiceId": "inv-0000-000"},
-     "expect": {"outcome": "not_found", "sideEffect": "none"}},
+    {
+        "name": "open-invoice",
+        "input": {"invoiceId": "inv-2026-091"},
+        "expect": {"outcome": "ok", "output": {"invoiceId": "inv-2026-091", "status": "open"}, "sideEffect": "none"},
+    },
+    {
+        "name": "unknown-invoice",
+        "input": {"invoiceId": "inv-0000-000"},
+        "expect": {"outcome": "not_found", "sideEffect": "none"},
+    },
 ]
 
 
 def registration(version: str, *, url: str = ENDPOINT) -> dict[str, Any]:
     """The PUT body publishing `version` of invoice.lookup (schemas and fixtures the same in each)."""
     return {
-        "name": "Invoice Agent", "description": "Looks up invoices.", "version": version,
+        "name": "Invoice Agent",
+        "description": "Looks up invoices.",
+        "version": version,
         "supportedInterfaces": [{"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
-        "defaultInputModes": ["application/json"], "defaultOutputModes": ["application/json"],
+        "defaultInputModes": ["application/json"],
+        "defaultOutputModes": ["application/json"],
         "visibility": "public",
-        "skills": [{
-            "id": SKILL_ID, "name": "Look up an invoice", "description": "Returns one invoice and its status.",
-            "tags": ["finance", "invoice"], "version": version, "sideEffect": "write", "requiresApproval": False,
-            "scopes": ["invoice:read"], "inputSchema": INPUT_SCHEMA, "outputSchema": OUTPUT_SCHEMA,
-            "fixtures": FIXTURES,
-        }],
+        "skills": [
+            {
+                "id": SKILL_ID,
+                "name": "Look up an invoice",
+                "description": "Returns one invoice and its status.",
+                "tags": ["finance", "invoice"],
+                "version": version,
+                "sideEffect": "write",
+                "requiresApproval": False,
+                "scopes": ["invoice:read"],
+                "inputSchema": INPUT_SCHEMA,
+                "outputSchema": OUTPUT_SCHEMA,
+                "fixtures": FIXTURES,
+            }
+        ],
     }
 
 
@@ -85,8 +114,14 @@ CARD = AgentCard(
     capabilities=AgentCapabilities(streaming=False),
     default_input_modes=["application/json"],
     default_output_modes=["application/json"],
-    skills=[AgentSkill(id=SKILL_ID, name="Look up an invoice", description="Returns one invoice and its status.",
-                       tags=["finance", "invoice"])],
+    skills=[
+        AgentSkill(
+            id=SKILL_ID,
+            name="Look up an invoice",
+            description="Returns one invoice and its status.",
+            tags=["finance", "invoice"],
+        )
+    ],
 )
 
 
@@ -106,8 +141,9 @@ class InvoiceExecutor(AgentExecutor):
         if invoice is not None and self.behaviour == "1.2":
             self.viewed.add(invoice["invoiceId"])  # v1.2 also marks the invoice as viewed
             side_effect = "write"
-        answer = new_data_message(invoice or {"error": "no such invoice"}, context_id=context.context_id,
-                                  task_id=context.task_id)
+        answer = new_data_message(
+            invoice or {"error": "no such invoice"}, context_id=context.context_id, task_id=context.task_id
+        )
         answer.metadata.update({"capreg.sideEffect": side_effect})
         if invoice is None:
             answer.metadata.update({"capreg.errorCode": "not_found"})
@@ -120,7 +156,9 @@ class InvoiceExecutor(AgentExecutor):
 
 
 def create_app() -> Starlette:
-    handler = DefaultRequestHandler(agent_executor=InvoiceExecutor(BEHAVIOUR), task_store=InMemoryTaskStore(), agent_card=CARD)
+    handler = DefaultRequestHandler(
+        agent_executor=InvoiceExecutor(BEHAVIOUR), task_store=InMemoryTaskStore(), agent_card=CARD
+    )
     return Starlette(routes=create_agent_card_routes(CARD) + create_jsonrpc_routes(handler, "/a2a"))
 
 

@@ -38,8 +38,12 @@ def show(step: str, value) -> None:
 async def main() -> int:
     async with AsyncRegistry(REGISTRY, token=os.environ["CAPREG_TOKEN"]) as registry:
         # 1. Discover: invoice capabilities without side effects, of agents with a live instance.
-        found = [c async for c in registry.discover(tag="invoice", side_effect_max="none", health="healthy",
-                                                    tenant=os.environ.get("CAPREG_TENANT"))]
+        found = [
+            c
+            async for c in registry.discover(
+                tag="invoice", side_effect_max="none", health="healthy", tenant=os.environ.get("CAPREG_TENANT")
+            )
+        ]
         if not found:
             show("error", "no healthy read-only invoice capability")
             return 1
@@ -55,12 +59,19 @@ async def main() -> int:
         detail = await registry.detail(ref)
         endpoint = detail.urls()[0]
         origin = "{0.scheme}://{0.netloc}".format(urlsplit(endpoint))
-        credentials = TicketCredentials(registry, ref, scopes=detail.scopes, ttl=120, on_behalf_of="user-19",
-                                        resources=[f"invoice:{arguments['invoiceId']}"])
+        credentials = TicketCredentials(
+            registry,
+            ref,
+            scopes=detail.scopes,
+            ttl=120,
+            on_behalf_of="user-19",
+            resources=[f"invoice:{arguments['invoiceId']}"],
+        )
         async with httpx.AsyncClient(timeout=10) as http:
             card = await A2ACardResolver(http, base_url=origin).get_agent_card()
             client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(
-                card, interceptors=[AuthInterceptor(credentials)])
+                card, interceptors=[AuthInterceptor(credentials)]
+            )
             request = SendMessageRequest(message=new_data_message(arguments, role=Role.ROLE_USER))
             async for response in client.send_message(request):
                 if response.HasField("message"):

@@ -9,34 +9,45 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from litestar import Litestar
+from litestar import Litestar, Response, get
 from litestar.openapi import OpenAPIConfig
-from litestar import Response, get
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from auth.keys import ensure_signing_key, load_keyring
 from db.embedded import resolve_database_url
 from db.migrate import apply_migrations
 from db.pool import create_pool
-from registry.ard_names import check_publisher_domains
+from registry.agents import a2a_rpc_routes as a2a_rpc
+from registry.agents import publisher_routes as publisher
+from registry.agents import routes as agents
+from registry.ard import routes as ard
+from registry.ard.names import check_publisher_domains
+from registry.audit import chain as audit_chain
+from registry.audit import routes as audit
 from registry.config import Settings, load_settings
-from registry.problems import handle_exception
-from registry.routes import a2a_rpc, agents, approvals, audit, console, discovery, mcp, ops, release, tickets, versions
-from registry.routes import offers
-from registry.routes import ard
-from registry.routes import publisher
-from registry.routes import replays
-from registry import api_docs, audit_chain
-from registry.change_watcher import ChangeWatcher
+from registry.console import routes as console
+from registry.core.bounded_work import bounded_work
+from registry.core.change_watcher import ChangeWatcher
+from registry.core.problems import handle_exception
+from registry.core.signing_keys import ensure_signing_key, load_keyring
+from registry.discovery import routes as discovery
+from registry.mcp import routes as mcp
+from registry.offers import routes as offers
+from registry.ops import routes as ops
+from registry.ops.housekeeping import run_housekeeping
+from registry.release import routes as release
 from registry.state import Registry
-from registry.observability import RequestMetrics, observability_middleware
-from registry.bounded_work import bounded_work
-from registry.housekeeping import run_housekeeping
-from registry.rate_limit import TokenBuckets, rate_limit_middleware
-from registry.request_guard import unstorable_guard
-from registry.route_methods import answer_every_method
+from registry.tickets import approval_routes as approvals
+from registry.tickets import routes as tickets
+from registry.versions import replay_routes as replays
+from registry.versions import routes as versions
+from registry.web import api_docs
+from registry.web.observability import RequestMetrics, observability_middleware
+from registry.web.rate_limit import TokenBuckets, rate_limit_middleware
+from registry.web.request_guard import unstorable_guard
+from registry.web.route_methods import answer_every_method
 
 log = logging.getLogger("capreg")
+
 
 def create_app(settings: Settings | None = None) -> Litestar:
     settings = settings or load_settings()
@@ -57,7 +68,9 @@ def create_app(settings: Settings | None = None) -> Litestar:
             app.state.registry = registry
             registry.writes.start()
             registry.leases.start()
-            bounded_work().start()  # registrant schema work's processes, warmed before the first request
+            bounded_work().start(
+                preload=("registry.release.arguments", "registry.agents.registration")
+            )  # registrant schema work's processes, warmed before the first request
             metrics.gauges = [
                 ("capreg_db_pool_size", "connections open in the pool", pool.get_size),
                 ("capreg_db_pool_idle", "idle connections in the pool", pool.get_idle_size),
@@ -81,7 +94,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             await pool.close()
             del embedded  # the embedded server handle stops the server when its last user exits
 
-    # Set by `capreg serve --workers N`: the workers' metrics meet there (registry.observability).
+    # Set by `capreg serve --workers N`: the workers' metrics meet there (registry.web.observability).
     metrics = RequestMetrics(shared_dir=os.environ.get("CAPREG_METRICS_DIR"))
     exposition = metrics.registry()
 
@@ -90,23 +103,44 @@ def create_app(settings: Settings | None = None) -> Litestar:
         return Response(generate_latest(exposition), media_type=CONTENT_TYPE_LATEST)
 
     app = Litestar(
-        # each operation's OpenAPI tag and security (registry.api_docs)
-        route_handlers=api_docs.documented([
-            *agents.ROUTES, *discovery.ROUTES, *release.ROUTES, *versions.ROUTES, *tickets.ROUTES, *approvals.ROUTES,
-            *audit.ROUTES, *ops.ROUTES, *mcp.ROUTES, serve_metrics, *offers.ROUTES, *a2a_rpc.ROUTES, *replays.ROUTES,
-            *ard.ROUTES,  # ARD: /.well-known/ard.json and /ard/*
-            *console.ROUTES,  # the security console and the offline /schema assets
-            *publisher.ROUTES,  # publisher keys, registrations as signed
-        ]),
+        # each operation's OpenAPI tag and security (registry.web.api_docs)
+        route_handlers=api_docs.documented(
+            [
+                *agents.ROUTES,
+                *discovery.ROUTES,
+                *release.ROUTES,
+                *versions.ROUTES,
+                *tickets.ROUTES,
+                *approvals.ROUTES,
+                *audit.ROUTES,
+                *ops.ROUTES,
+                *mcp.ROUTES,
+                serve_metrics,
+                *offers.ROUTES,
+                *a2a_rpc.ROUTES,
+                *replays.ROUTES,
+                *ard.ROUTES,  # ARD: /.well-known/ard.json and /ard/*
+                *console.ROUTES,  # the security console and the offline /schema assets
+                *publisher.ROUTES,  # publisher keys, registrations as signed
+            ]
+        ),
         lifespan=[lifespan],
         middleware=[
             # trace and request ids, metrics, and the browser security headers (CSP, nosniff,
-            # no referrer, no framing: registry/routes/console.py) in one layer
+            # no referrer, no framing: registry/console/routes.py) in one layer
             observability_middleware(metrics, extra_headers=console.browser_headers),
-            *([rate_limit_middleware(
-                TokenBuckets(settings.rate_limit, settings.rate_burst or max(1, math.ceil(2 * settings.rate_limit))),
-                settings.trusted_proxies,
-            )] if settings.rate_limit > 0 else []),
+            *(
+                [
+                    rate_limit_middleware(
+                        TokenBuckets(
+                            settings.rate_limit, settings.rate_burst or max(1, math.ceil(2 * settings.rate_limit))
+                        ),
+                        settings.trusted_proxies,
+                    )
+                ]
+                if settings.rate_limit > 0
+                else []
+            ),
             unstorable_guard,
         ],
         exception_handlers={Exception: handle_exception},
@@ -122,5 +156,5 @@ def create_app(settings: Settings | None = None) -> Litestar:
         ),
         debug=False,
     )
-    answer_every_method(app)  # OPTIONS on a path served by two handlers lists both (registry.route_methods)
+    answer_every_method(app)  # OPTIONS on a path served by two handlers lists both (registry.web.route_methods)
     return app

@@ -9,7 +9,8 @@ from pathlib import Path
 import msgspec
 
 from auth.issuers import TrustedIssuer
-from registry.ard_names import PublisherDomainError, parse_publisher_domains
+from registry.ard.names import PublisherDomainError, parse_publisher_domains
+
 
 class Settings(msgspec.Struct, kw_only=True):
     database_url: str | None = None
@@ -35,11 +36,11 @@ class Settings(msgspec.Struct, kw_only=True):
     # ARD (docs/api.md#ard): tenant -> publisher domain, and the manifest's host name.
     publisher_domains: dict[str, str] = {}
     display_name: str = "capreg"
-    # Loopback hosts in registrants' URLs (registry.endpoint_urls); None: allowed when capreg
+    # Loopback hosts in registrants' URLs (registry.agents.endpoint_urls); None: allowed when capreg
     # itself listens on a loopback address.
     allow_loopback_urls: bool | None = None
     max_instances: int = 1000  # live instances per agent (docs/api.md#heartbeats)
-    # Bytes all per-process response caches of one worker may hold together (registry.response_cache).
+    # Bytes all per-process response caches of one worker may hold together (registry.core.response_cache).
     cache_budget: int = 64 * 1024 * 1024
 
 
@@ -116,15 +117,6 @@ def registry_url(settings: Settings) -> str:
     return f"http://{host}:{settings.port}"
 
 
-def loopback_urls_allowed(settings: Settings) -> bool:
-    """CAPREG_ALLOW_LOOPBACK_URLS, by default on exactly when capreg listens on a loopback address."""
-    if settings.allow_loopback_urls is not None:
-        return settings.allow_loopback_urls
-    from registry.endpoint_urls import is_loopback_host
-
-    return is_loopback_host(settings.host)
-
-
 def trusted_issuers(raw: str) -> list[TrustedIssuer]:
     """CAPREG_TRUSTED_ISSUERS: a JSON array of issuers; a configuration error stops start-up with a
     message naming the issuer and what it lacks."""
@@ -139,7 +131,7 @@ def trusted_issuers(raw: str) -> list[TrustedIssuer]:
     for entry in entries:
         if isinstance(entry, dict) and "tenants" not in entry:
             raise SystemExit(
-                f"trusted issuer {entry.get('issuer')!r} has no \"tenants\": list the tenants it may speak for, "
+                f'trusted issuer {entry.get("issuer")!r} has no "tenants": list the tenants it may speak for, '
                 'or ["*"] for every tenant'
             )
     try:
@@ -150,5 +142,5 @@ def trusted_issuers(raw: str) -> list[TrustedIssuer]:
         if bool(trusted.jwks_url) == bool(trusted.jwks_file):
             raise SystemExit(f"trusted issuer {trusted.issuer!r} needs exactly one of jwksUrl or jwksFile")
         if not trusted.tenants or not all(isinstance(t, str) and t for t in trusted.tenants):
-            raise SystemExit(f"trusted issuer {trusted.issuer!r}: \"tenants\" must name at least one tenant, or \"*\"")
+            raise SystemExit(f'trusted issuer {trusted.issuer!r}: "tenants" must name at least one tenant, or "*"')
     return issuers

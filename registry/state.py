@@ -1,7 +1,7 @@
 """The app state: what every request shares, created once per process by the app's lifespan
 (registry.app) — settings, the pool, the keyring (kept current across replicas), the token verifier,
 the group commit for audited writes, batched lease renewals, the per-process caches and the change
-watcher (registry.change_watcher). Authenticating a request's caller is registry.authentication.
+watcher (registry.core.change_watcher). Authenticating a request's caller is registry.web.authentication.
 """
 
 from __future__ import annotations
@@ -16,18 +16,19 @@ import asyncpg
 from litestar import Request
 
 from auth.issuers import IssuerKeyRefresher, load_external_issuers
-from auth.keys import Keyring, load_keyring
+from auth.keys import Keyring
 from auth.tokens import TokenVerifier
 from db.group_commit import GroupCommit
 from db.leases import LeaseRenewals
-from registry.ard_names import Publishers
-from registry.chain_checks import ChainChecks
-from registry.change_watcher import ChangeWatcher
-from registry.card_signing import CardSignatures
+from registry.agents.card_signing import CardSignatures
+from registry.ard.names import Publishers
+from registry.audit.chain_checks import ChainChecks
 from registry.config import Settings, registry_url
-from registry.cache_budget import share
-from registry.response_cache import ResponseCache
-from registry.schema_guard import set_schema_cache_budget
+from registry.core.cache_budget import share
+from registry.core.change_watcher import ChangeWatcher
+from registry.core.response_cache import ResponseCache
+from registry.core.schema_guard import set_schema_cache_budget
+from registry.core.signing_keys import load_keyring
 
 log = logging.getLogger("capreg")
 
@@ -61,21 +62,21 @@ class Registry:
         self.writes = GroupCommit(pool)
         # Heartbeats of concurrent requests renewed in one statement and commit (db.leases).
         self.leases = LeaseRenewals(pool, max_instances=settings.max_instances)
-        # Discovery pages and public cards, valid for one change sequence number (registry.response_cache).
-        budget = settings.cache_budget  # CAPREG_CACHE_BUDGET, shared out by registry.cache_budget
+        # Discovery pages and public cards, valid for one change sequence number (registry.core.response_cache).
+        budget = settings.cache_budget  # CAPREG_CACHE_BUDGET, shared out by registry.core.cache_budget
         self.responses = ResponseCache(max_bytes=share(budget, "responses"))
-        # ARD publisher domains of tenants, both ways (registry.ard_names).
+        # ARD publisher domains of tenants, both ways (registry.ard.names).
         self.publishers = Publishers(configured=dict(settings.publisher_domains))
-        # Rows behind detail releases, on the same terms (registry.skill_records.skill_record).
+        # Rows behind detail releases, on the same terms (registry.release.skill_records.skill_record).
         self.release_cache = ResponseCache(max_bytes=share(budget, "release"))
         self.verifier.cache.max_bytes = share(budget, "tokens")
         set_schema_cache_budget(share(budget, "schemas"))
-        # The registry's signatures of the cards it served, once per card version (registry.card_signing).
+        # The registry's signatures of the cards it served, once per card version (registry.agents.card_signing).
         self.card_signatures = CardSignatures()
         # GET /v1/audit/chain: running checks per chain, last answers, callers' last fresh check
-        # (registry.chain_checks).
+        # (registry.audit.chain_checks).
         self.chain_checks = ChainChecks()
-        # The latest checkpoint's Merkle tree, built once per root for GET /v1/audit/proof (registry.audit_proof).
+        # The latest checkpoint's Merkle tree, built once per root for GET /v1/audit/proof (registry.audit.proof).
         self.audit_tree = None
 
     @property

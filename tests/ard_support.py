@@ -20,7 +20,9 @@ def _rewrite_refs(node):
         out = {}
         for key, value in node.items():
             if key == "$ref" and isinstance(value, str):
-                value = value.replace("#/components/schemas/", "#/$defs/").replace("./ai-catalog.schema.json#/$defs/", "#/$defs/")
+                value = value.replace("#/components/schemas/", "#/$defs/").replace(
+                    "./ai-catalog.schema.json#/$defs/", "#/$defs/"
+                )
             out[key] = _rewrite_refs(value)
         return out
     if isinstance(node, list):
@@ -48,7 +50,11 @@ def _refuse(uri: str):
 def validator(name: str):
     """A validator of the named definition: `AICatalogManifest`, `catalogEntry`, or a component of
     ARD's OpenAPI (`SearchResponse`, `ListResponse`, `ExploreResponse`, `Error`, `SearchRequest`, ...)."""
-    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "$ref": f"#/$defs/{name}", "$defs": _definitions()}
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$ref": f"#/$defs/{name}",
+        "$defs": _definitions(),
+    }
     return jsonschema_rs.Draft202012Validator(schema, validate_formats=True, retriever=_refuse)
 
 

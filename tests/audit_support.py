@@ -8,6 +8,7 @@ import secrets
 import subprocess
 import sys
 from contextlib import asynccontextmanager
+from datetime import UTC
 from pathlib import Path
 
 import asyncpg
@@ -29,9 +30,9 @@ def database_url_on(server_url: str, database: str) -> str:
 @asynccontextmanager
 async def fresh_database(server_url: str, *, migrated: bool = True):
     """A new, empty database on the test server (migrated, with a signing key), dropped afterwards."""
-    from auth.keys import ensure_signing_key
     from db.migrate import apply_migrations
     from db.pool import connect
+    from registry.core.signing_keys import ensure_signing_key
 
     name = "capreg_audit_" + secrets.token_hex(4)
     admin = await asyncpg.connect(server_url)
@@ -66,14 +67,14 @@ def capreg_cli(database_url: str, *args: str, home: Path | None = None) -> subpr
 async def append_legacy_events(conn, events) -> None:
     """Append events as capreg did before migration 0009 (one chain, one head row): the old code path,
     for logs that existed before chains per tenant. Only possible before 0009 freezes audit_head."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from db.audit_events import event_hash
 
     async with conn.transaction():
         head = await conn.fetchrow("SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE")
         seq, prev = head["seq"], head["hash"]
-        at = datetime.now(timezone.utc)
+        at = datetime.now(UTC)
         for event in events:
             seq += 1
             digest = event_hash(prev, seq, at, event)
@@ -81,8 +82,21 @@ async def append_legacy_events(conn, events) -> None:
                 "INSERT INTO audit_events (seq, at, tenant, actor_tenant, type, actor, on_behalf_of, ref, scopes, outcome, "
                 "reason, trace_id, prev_hash, hash, actor_issuer, request_id) "
                 "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)",
-                seq, at, event.tenant, event.actor_tenant, event.type, event.actor, event.on_behalf_of, event.ref,
-                list(event.scopes), event.outcome, event.reason, event.trace_id, prev, digest, event.actor_issuer,
+                seq,
+                at,
+                event.tenant,
+                event.actor_tenant,
+                event.type,
+                event.actor,
+                event.on_behalf_of,
+                event.ref,
+                list(event.scopes),
+                event.outcome,
+                event.reason,
+                event.trace_id,
+                prev,
+                digest,
+                event.actor_issuer,
                 event.request_id,
             )
             prev = digest

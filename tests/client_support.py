@@ -19,8 +19,14 @@ class StubServer:
             def _answer(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length) if length else b""
-                stub.requests.append({"method": self.command, "path": self.path, "headers": dict(self.headers),
-                                      "body": json.loads(body) if body else None})
+                stub.requests.append(
+                    {
+                        "method": self.command,
+                        "path": self.path,
+                        "headers": dict(self.headers),
+                        "body": json.loads(body) if body else None,
+                    }
+                )
                 status, headers, payload = stub._next(self.command, self.path)
                 raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 self.send_response(status)
@@ -51,7 +57,11 @@ class StubServer:
             if m == method and path.startswith(prefix):
                 answer = queue.pop(0) if queue else self._default[(m, prefix)]
                 return answer[0], dict(answer[1]), answer[2]
-        return 404, {}, {"type": "about:blank", "title": "Not Found", "status": 404, "detail": "no script", "code": "not_found"}
+        return (
+            404,
+            {},
+            {"type": "about:blank", "title": "Not Found", "status": 404, "detail": "no script", "code": "not_found"},
+        )
 
     def count(self, method: str, prefix: str) -> int:
         return sum(1 for r in self.requests if r["method"] == method and r["path"].startswith(prefix))
@@ -66,5 +76,12 @@ class StubServer:
 
 
 def problem(status: int, code: str, detail: str = "", **extra) -> dict:
-    return {"type": "about:blank", "title": code, "status": status, "detail": detail or code, "code": code,
-            "traceId": "0af7651916cd43dd8448eb211c80319c", **extra}
+    return {
+        "type": "about:blank",
+        "title": code,
+        "status": status,
+        "detail": detail or code,
+        "code": code,
+        "traceId": "0af7651916cd43dd8448eb211c80319c",
+        **extra,
+    }

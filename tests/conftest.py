@@ -24,9 +24,9 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+import httpx
 import pytest
 import pytest_asyncio
-import httpx
 
 from auth.tokens import mint_caller_token
 from registry.app import create_app
@@ -144,8 +144,14 @@ def mint(app, settings):
     def _mint(tenant: str, sub: str = "tester", scopes: str | list[str] = "", regions=None, ttl: int = 3600) -> dict:
         scope_list = scopes.split() if isinstance(scopes, str) else list(scopes)
         token = mint_caller_token(
-            app.state.registry.keyring, issuer=settings.issuer, audience=settings.audience,
-            tenant=tenant, sub=sub, scopes=scope_list, regions=regions, ttl=ttl,
+            app.state.registry.keyring,
+            issuer=settings.issuer,
+            audience=settings.audience,
+            tenant=tenant,
+            sub=sub,
+            scopes=scope_list,
+            regions=regions,
+            ttl=ttl,
         )
         return {"Authorization": f"Bearer {token}"}
 
@@ -257,7 +263,9 @@ async def retire_versions(client, mint, db, tenant: str, skill_id: str, version:
     feed and every per-process cache see it)."""
     rows = await db.fetch(
         "SELECT agent_id, version FROM capability_versions WHERE tenant = $1 AND skill_id = $2 AND ($3::text IS NULL OR version = $3)",
-        tenant, skill_id, version,
+        tenant,
+        skill_id,
+        version,
     )
     assert rows, f"no {skill_id} versions to retire"
     admin = mint(tenant, "lifecycle-admin", "registry:admin")

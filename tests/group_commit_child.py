@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import sys
 
+from db.audit_events import AuditEvent
 from db.group_commit import GroupCommit
 from db.pool import create_pool
-from db.audit_events import AuditEvent
 
 
 def say(line: str) -> None:
@@ -33,6 +33,7 @@ async def main(url: str, tenant: str) -> None:
                 say(f"written {key}")
                 await asyncio.sleep(3600)  # hold the batch open between the write and the commit
             return key
+
         return write
 
     async def one(key: str) -> None:

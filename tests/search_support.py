@@ -6,18 +6,33 @@ from __future__ import annotations
 from typing import Any
 
 AGENT = {
-    "name": "Search Fixture", "description": "An agent for ranked search tests", "version": "1.0.0",
-    "supportedInterfaces": [{"url": "https://search.example/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
-    "capabilities": {"streaming": False}, "defaultInputModes": ["application/json"],
-    "defaultOutputModes": ["application/json"], "visibility": "public", "sharedWith": [],
+    "name": "Search Fixture",
+    "description": "An agent for ranked search tests",
+    "version": "1.0.0",
+    "supportedInterfaces": [
+        {"url": "https://search.example/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+    ],
+    "capabilities": {"streaming": False},
+    "defaultInputModes": ["application/json"],
+    "defaultOutputModes": ["application/json"],
+    "visibility": "public",
+    "sharedWith": [],
 }
 
 
 def skill(skill_id: str, name: str, description: str, tags: list[str] | None = None, **fields: Any) -> dict:
     return {
-        "id": skill_id, "name": name, "description": description, "tags": tags or [], "version": "1.0.0",
-        "inputSchema": {"type": "object"}, "outputSchema": {"type": "object"}, "scopes": [],
-        "sideEffect": "none", "dataRegions": [], **fields,
+        "id": skill_id,
+        "name": name,
+        "description": description,
+        "tags": tags or [],
+        "version": "1.0.0",
+        "inputSchema": {"type": "object"},
+        "outputSchema": {"type": "object"},
+        "scopes": [],
+        "sideEffect": "none",
+        "dataRegions": [],
+        **fields,
     }
 
 
@@ -32,18 +47,30 @@ async def publish(client, mint, tenant: str, agents: dict[str, dict]) -> None:
         assert response.status_code in (200, 201), response.text
 
 
-async def heartbeat(client, mint, tenant: str, agent_id: str, instance_id: str, load: float | None = None, ttl: int = 60) -> None:
-    body: dict[str, Any] = {"instanceId": instance_id, "url": f"https://{agent_id}.example/{instance_id}", "ttlSeconds": ttl}
+async def heartbeat(
+    client, mint, tenant: str, agent_id: str, instance_id: str, load: float | None = None, ttl: int = 60
+) -> None:
+    body: dict[str, Any] = {
+        "instanceId": instance_id,
+        "url": f"https://{agent_id}.example/{instance_id}",
+        "ttlSeconds": ttl,
+    }
     if load is not None:
         body["load"] = load
-    response = await client.post(f"/v1/agents/{tenant}/{agent_id}/heartbeat", json=body,
-                                 headers=mint(tenant, agent_id, "registry:publish"))
+    response = await client.post(
+        f"/v1/agents/{tenant}/{agent_id}/heartbeat", json=body, headers=mint(tenant, agent_id, "registry:publish")
+    )
     assert response.status_code == 200, response.text
 
 
 CORPUS = {
     "billing": agent(
-        skill("invoice.lookup", "Look up an invoice", "Returns one invoice with its lines and payment status.", ["finance"]),
+        skill(
+            "invoice.lookup",
+            "Look up an invoice",
+            "Returns one invoice with its lines and payment status.",
+            ["finance"],
+        ),
         skill("invoice.list", "List invoices", "Lists the invoices of a customer.", ["finance"]),
     ),
     "refunds": agent(
@@ -55,6 +82,8 @@ CORPUS = {
         skill("travel.search", "Search flights", "Finds flights; bookings are made by another agent.", ["travel"]),
     ),
     "reports": agent(
-        skill("report.sales", "Sales report", "Summarises sales; each row links the invoice it came from.", ["analytics"]),
+        skill(
+            "report.sales", "Sales report", "Summarises sales; each row links the invoice it came from.", ["analytics"]
+        ),
     ),
 }

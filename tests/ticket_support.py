@@ -9,16 +9,21 @@ from pathlib import Path
 
 import jwt
 
-from tests.conftest import example
 from tests.audit_support import ONE_ROW_PER_EVENT
+from tests.conftest import example
 
 README = Path(__file__).parent.parent / "README.md"
 
 
 def skill(skill_id: str, version: str, scopes: list[str], **fields) -> dict:
     return {
-        "id": skill_id, "name": skill_id, "description": f"{skill_id} for tests", "version": version,
-        "scopes": scopes, "sideEffect": "none", **fields,
+        "id": skill_id,
+        "name": skill_id,
+        "description": f"{skill_id} for tests",
+        "version": version,
+        "scopes": scopes,
+        "sideEffect": "none",
+        **fields,
     }
 
 
@@ -29,7 +34,8 @@ def card(skills: list[dict], *, visibility: str = "tenant", shared_with: list[st
 
 async def register(client, mint, tenant: str, agent_id: str, skills: list[dict], **card_fields) -> None:
     response = await client.put(
-        f"/v1/agents/{tenant}/{agent_id}", json=card(skills, **card_fields),
+        f"/v1/agents/{tenant}/{agent_id}",
+        json=card(skills, **card_fields),
         headers=mint(tenant, agent_id, "registry:publish"),
     )
     assert response.status_code in (200, 201), response.text
@@ -37,20 +43,35 @@ async def register(client, mint, tenant: str, agent_id: str, skills: list[dict],
 
 async def register_finance(client, mint, tenant: str) -> None:
     """billing-agent (invoice lookups), ledger-agent (reads, and reversals that need approval)."""
-    await register(client, mint, tenant, "billing-agent", [
-        skill("invoice.lookup", "2.0.0", ["invoice:read", "invoice:list"]),
-        skill("invoice.mark-paid", "1.1.0", ["invoice:write"], sideEffect="idempotent"),
-    ])
-    await register(client, mint, tenant, "ledger-agent", [
-        skill("ledger.read", "1.0.0", ["invoice:read", "ledger:read"]),
-        skill("ledger.reverse-entry", "1.0.0", ["ledger:write"], sideEffect="destructive"),
-    ])
+    await register(
+        client,
+        mint,
+        tenant,
+        "billing-agent",
+        [
+            skill("invoice.lookup", "2.0.0", ["invoice:read", "invoice:list"]),
+            skill("invoice.mark-paid", "1.1.0", ["invoice:write"], sideEffect="idempotent"),
+        ],
+    )
+    await register(
+        client,
+        mint,
+        tenant,
+        "ledger-agent",
+        [
+            skill("ledger.read", "1.0.0", ["invoice:read", "ledger:read"]),
+            skill("ledger.reverse-entry", "1.0.0", ["ledger:write"], sideEffect="destructive"),
+        ],
+    )
 
 
 def ticket_body(tenant: str, agent_id: str = "billing-agent", skill_id: str = "invoice.lookup", **fields) -> dict:
     body = {
-        "audience": f"{tenant}/{agent_id}", "skill": skill_id, "version": "^2" if skill_id == "invoice.lookup" else "latest",
-        "scopes": ["invoice:read"], "ttlSeconds": 300,
+        "audience": f"{tenant}/{agent_id}",
+        "skill": skill_id,
+        "version": "^2" if skill_id == "invoice.lookup" else "latest",
+        "scopes": ["invoice:read"],
+        "ttlSeconds": 300,
     }
     body.update(fields)
     return body

@@ -70,8 +70,14 @@ class TicketAuthBackend(AuthenticationBackend):
     claims with `ticket_claims(context)`.
     """
 
-    def __init__(self, verifier: TicketVerifier, *, scope: str | Iterable[str] | None = None, skill: str | None = None,
-                 public_paths: Iterable[str] = (AGENT_CARD_PATH,)):
+    def __init__(
+        self,
+        verifier: TicketVerifier,
+        *,
+        scope: str | Iterable[str] | None = None,
+        skill: str | None = None,
+        public_paths: Iterable[str] = (AGENT_CARD_PATH,),
+    ):
         self.verifier, self.scope, self.skill = verifier, scope, skill
         self.public_paths = frozenset(public_paths)
 
@@ -80,7 +86,9 @@ class TicketAuthBackend(AuthenticationBackend):
             return None
         scheme, _, ticket = conn.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not ticket.strip():
-            raise TicketRejected(invalid_ticket("missing", "a capreg ticket is required (Authorization: Bearer <ticket>)"))
+            raise TicketRejected(
+                invalid_ticket("missing", "a capreg ticket is required (Authorization: Bearer <ticket>)")
+            )
         try:
             # Off the event loop: a JWKS refetch or a revocation check is blocking I/O.
             claims = await asyncio.to_thread(self.verifier.verify, ticket.strip(), self.scope, self.skill)
@@ -91,10 +99,20 @@ class TicketAuthBackend(AuthenticationBackend):
     @staticmethod
     def on_error(conn: HTTPConnection, exc: AuthenticationError) -> Response:
         error = exc.error if isinstance(exc, TicketRejected) else invalid_ticket("malformed", str(exc))
-        body = {"type": "about:blank", "title": "Unauthorized", "status": 401, "detail": error.message,
-                "code": "invalid_ticket", "reason": error.reason}
-        return Response(json.dumps(body), status_code=401, media_type="application/problem+json",
-                        headers={"WWW-Authenticate": f'Bearer error="invalid_token", error_description="{error.reason}"'})
+        body = {
+            "type": "about:blank",
+            "title": "Unauthorized",
+            "status": 401,
+            "detail": error.message,
+            "code": "invalid_ticket",
+            "reason": error.reason,
+        }
+        return Response(
+            json.dumps(body),
+            status_code=401,
+            media_type="application/problem+json",
+            headers={"WWW-Authenticate": f'Bearer error="invalid_token", error_description="{error.reason}"'},
+        )
 
     def middleware(self) -> Middleware:
         return Middleware(AuthenticationMiddleware, backend=self, on_error=self.on_error)
@@ -119,10 +137,25 @@ class TicketCredentials(CredentialService):
     must declare a bearer security scheme (and require it) for a2a-sdk to send it.
     """
 
-    def __init__(self, registry: Any, ref: str, scopes: Iterable[str], *, ttl: int = 300, on_behalf_of: str | None = None,
-                 resources: Iterable[str] | None = None, parent_ticket: str | None = None, renew_before: float = 30.0):
+    def __init__(
+        self,
+        registry: Any,
+        ref: str,
+        scopes: Iterable[str],
+        *,
+        ttl: int = 300,
+        on_behalf_of: str | None = None,
+        resources: Iterable[str] | None = None,
+        parent_ticket: str | None = None,
+        renew_before: float = 30.0,
+    ):
         self._registry, self.ref, self.scopes = registry, ref, list(scopes)
-        self._options = {"ttl": ttl, "on_behalf_of": on_behalf_of, "resources": resources, "parent_ticket": parent_ticket}
+        self._options = {
+            "ttl": ttl,
+            "on_behalf_of": on_behalf_of,
+            "resources": resources,
+            "parent_ticket": parent_ticket,
+        }
         self._renew_before = renew_before
         self._ticket: Ticket | None = None
         self._lock = asyncio.Lock()
@@ -145,6 +178,8 @@ class TicketCredentials(CredentialService):
         else:
             result = await asyncio.to_thread(mint, self.ref, self.scopes, **self._options)
         if not isinstance(result, Ticket):
-            raise CapregError(f"{self.ref} requires approval ({result.approval_id}): no ticket to present yet",
-                              code="approval_required")
+            raise CapregError(
+                f"{self.ref} requires approval ({result.approval_id}): no ticket to present yet",
+                code="approval_required",
+            )
         return result

@@ -21,9 +21,9 @@ from registry.client.base import (
     log,
     tool_list,
 )
-from registry.client.calls import camel_fields as _camel, time_param as _time
+from registry.client.calls import camel_fields as _camel
+from registry.client.calls import time_param as _time
 from registry.client.errors import CapregError
-from registry.client.signing import signature_kids, verify_card
 from registry.client.results import (
     Agent,
     Approval,
@@ -34,12 +34,13 @@ from registry.client.results import (
     Grant,
     Heartbeat,
     Introspection,
+    Offers,
     Registration,
     ReplayVerdict,
     Revocation,
-    Offers,
     Ticket,
 )
+from registry.client.signing import signature_kids, verify_card
 
 
 class AsyncRegistry(RegistryBase):
@@ -86,15 +87,30 @@ class AsyncRegistry(RegistryBase):
 
     # -- agents -----------------------------------------------------------------------------
 
-    async def register(self, tenant: str, agent_id: str, card: Any, *,
-                       skill_fields: Mapping[str, Mapping[str, Any]] | None = None, **fields: Any) -> Registration:
+    async def register(
+        self,
+        tenant: str,
+        agent_id: str,
+        card: Any,
+        *,
+        skill_fields: Mapping[str, Mapping[str, Any]] | None = None,
+        **fields: Any,
+    ) -> Registration:
         body = calls.card_body(card, _camel(fields), skill_fields)
         result = await self._call(calls.register(tenant, agent_id, body))
         self._remember_card(tenant, agent_id, body)
         return result
 
-    async def heartbeat(self, tenant: str, agent_id: str, instance_id: str, *, url: str | None = None, ttl: int = 30,
-                        load: float | None = None) -> Heartbeat:
+    async def heartbeat(
+        self,
+        tenant: str,
+        agent_id: str,
+        instance_id: str,
+        *,
+        url: str | None = None,
+        ttl: int = 30,
+        load: float | None = None,
+    ) -> Heartbeat:
         return await self._call(calls.heartbeat(tenant, agent_id, instance_id, url, ttl, load))
 
     async def agent(self, tenant: str, agent_id: str) -> Agent:
@@ -109,33 +125,80 @@ class AsyncRegistry(RegistryBase):
             verify_card(card, self._card_keys)
         return card
 
-    def keep_alive(self, tenant: str, agent_id: str, instance_id: str, *, url: str | None = None, ttl: int = 30,
-                   load: Callable[[], float] | float | None = None, card: Any = None, fraction: float = 1 / 3,
-                   skill_fields: Mapping[str, Mapping[str, Any]] | None = None, **fields: Any) -> AsyncKeepAlive:
+    def keep_alive(
+        self,
+        tenant: str,
+        agent_id: str,
+        instance_id: str,
+        *,
+        url: str | None = None,
+        ttl: int = 30,
+        load: Callable[[], float] | float | None = None,
+        card: Any = None,
+        fraction: float = 1 / 3,
+        skill_fields: Mapping[str, Mapping[str, Any]] | None = None,
+        **fields: Any,
+    ) -> AsyncKeepAlive:
         """An async context manager heartbeating in a task; see Registry.keep_alive."""
         body = self._keep_alive_card(tenant, agent_id, card, _camel(fields), skill_fields)
-        return AsyncKeepAlive(self, tenant, agent_id, instance_id, url=url, ttl=ttl, load=load, card=body, fraction=fraction)
+        return AsyncKeepAlive(
+            self, tenant, agent_id, instance_id, url=url, ttl=ttl, load=load, card=body, fraction=fraction
+        )
 
     # -- routers ----------------------------------------------------------------------------
 
-    def discover(self, q: str | None = None, *, tag: str | list[str] | None = None, skill: str | None = None,
-                 side_effect_max: str | None = None, region: str | None = None, health: str | None = None,
-                 agent: str | None = None, tenant: str | None = None, status: str | None = None,
-                 versions: str | None = None, limit: int | None = None) -> AsyncIterator[Capability]:
-        return self._pages(calls.discover(
-            q=q, tag=tag, skill=skill, sideEffectMax=side_effect_max, region=region, health=health, agent=agent,
-            tenant=tenant, status=status, versions=versions, limit=limit,
-        ))
+    def discover(
+        self,
+        q: str | None = None,
+        *,
+        tag: str | list[str] | None = None,
+        skill: str | None = None,
+        side_effect_max: str | None = None,
+        region: str | None = None,
+        health: str | None = None,
+        agent: str | None = None,
+        tenant: str | None = None,
+        status: str | None = None,
+        versions: str | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[Capability]:
+        return self._pages(
+            calls.discover(
+                q=q,
+                tag=tag,
+                skill=skill,
+                sideEffectMax=side_effect_max,
+                region=region,
+                health=health,
+                agent=agent,
+                tenant=tenant,
+                status=status,
+                versions=versions,
+                limit=limit,
+            )
+        )
 
-    async def offers(self, need: str | None = None, *, skill: str | None = None, tags: Iterable[str] | None = None,
-               region: str | None = None, side_effect_max: str | None = None, limit: int | None = None,
-               ticket: Mapping[str, Any] | None = None) -> Offers:
+    async def offers(
+        self,
+        need: str | None = None,
+        *,
+        skill: str | None = None,
+        tags: Iterable[str] | None = None,
+        region: str | None = None,
+        side_effect_max: str | None = None,
+        limit: int | None = None,
+        ticket: Mapping[str, Any] | None = None,
+    ) -> Offers:
         """Ranked offers for a need (POST /v1/offers); see Registry.offers: capabilities the caller may call now, each with
         its least-loaded live instance; with `ticket` ({"scopes": [...], "ttlSeconds": ...}) the first
         offer carries a ticket, an approval or the refusal. A request with `ticket` is not retried
         (it has no Idempotency-Key, so a retry could mint twice)."""
-        return await self._call(calls.offers(need, skill=skill, tags=tags, region=region, side_effect_max=side_effect_max,
-                                       limit=limit, ticket=ticket), retries=ticket is None)
+        return await self._call(
+            calls.offers(
+                need, skill=skill, tags=tags, region=region, side_effect_max=side_effect_max, limit=limit, ticket=ticket
+            ),
+            retries=ticket is None,
+        )
 
     async def detail(self, ref: str) -> CapabilityDetail:
         return await self._call(calls.detail(calls.parse_ref(ref)))
@@ -151,13 +214,30 @@ class AsyncRegistry(RegistryBase):
     async def mcp_tools(self, refs: Iterable[str]) -> list[Any]:
         return as_mcp_tools(list(await self.tools(refs, "mcp")))
 
-    async def mint_ticket(self, ref: str, scopes: Iterable[str], ttl: int | None = 300, on_behalf_of: str | None = None,
-                          resources: Iterable[str] | None = None, parent_ticket: str | None = None,
-                          idempotency_key: str | None = None, *, max_depth: int = 0) -> Ticket | Approval:
-        return await self._call(calls.mint_ticket(
-            calls.parse_ref(ref), scopes=scopes, ttl=ttl, on_behalf_of=on_behalf_of, resources=resources,
-            parent_ticket=parent_ticket, max_depth=max_depth, idempotency_key=idempotency_key,
-        ))
+    async def mint_ticket(
+        self,
+        ref: str,
+        scopes: Iterable[str],
+        ttl: int | None = 300,
+        on_behalf_of: str | None = None,
+        resources: Iterable[str] | None = None,
+        parent_ticket: str | None = None,
+        idempotency_key: str | None = None,
+        *,
+        max_depth: int = 0,
+    ) -> Ticket | Approval:
+        return await self._call(
+            calls.mint_ticket(
+                calls.parse_ref(ref),
+                scopes=scopes,
+                ttl=ttl,
+                on_behalf_of=on_behalf_of,
+                resources=resources,
+                parent_ticket=parent_ticket,
+                max_depth=max_depth,
+                idempotency_key=idempotency_key,
+            )
+        )
 
     async def approval(self, approval_id: str) -> Approval:
         return await self._call(calls.approval(approval_id))
@@ -170,21 +250,46 @@ class AsyncRegistry(RegistryBase):
 
     # -- security teams ---------------------------------------------------------------------
 
-    def grants(self, *, actor: str | None = None, skill: str | None = None, scope: str | None = None,
-               active: bool = True, limit: int | None = None) -> AsyncIterator[Grant]:
+    def grants(
+        self,
+        *,
+        actor: str | None = None,
+        skill: str | None = None,
+        scope: str | None = None,
+        active: bool = True,
+        limit: int | None = None,
+    ) -> AsyncIterator[Grant]:
         return self._pages(calls.grants(actor=actor, skill=skill, scope=scope, active=active, limit=limit))
 
-    def audit_events(self, *, type: str | None = None, actor: str | None = None, skill: str | None = None,  # noqa: A002
-                     scope: str | None = None, since: str | None = None, until: str | None = None,
-                     limit: int | None = None) -> AsyncIterator[AuditEvent]:
-        return self._pages(calls.audit_events(
-            type=type, actor=actor, skill=skill, scope=scope, since=_time(since), until=_time(until), limit=limit,
-        ))
+    def audit_events(
+        self,
+        *,
+        type: str | None = None,
+        actor: str | None = None,
+        skill: str | None = None,  # noqa: A002
+        scope: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[AuditEvent]:
+        return self._pages(
+            calls.audit_events(
+                type=type,
+                actor=actor,
+                skill=skill,
+                scope=scope,
+                since=_time(since),
+                until=_time(until),
+                limit=limit,
+            )
+        )
 
     async def checkpoint(self) -> Checkpoint:
         return await self._call(calls.checkpoint())
 
-    async def replay(self, ref: str, instance_url: str, *, ticket: bool = False, instance: str | None = None) -> ReplayVerdict:
+    async def replay(
+        self, ref: str, instance_url: str, *, ticket: bool = False, instance: str | None = None
+    ) -> ReplayVerdict:
         """Run the baseline's fixtures of the candidate `ref` against `instance_url` and submit the
         report: Registry.replay, for asyncio."""
         from registry.client.a2a import TicketCredentials
@@ -192,7 +297,11 @@ class AsyncRegistry(RegistryBase):
 
         target = calls.parse_ref(ref)
         candidate = await self.detail(ref)
-        fixtures = (await self.detail(f"{target.tenant}/{target.agent_id}/{target.skill}@{candidate.baseline}")).fixtures if candidate.baseline else []
+        fixtures = (
+            (await self.detail(f"{target.tenant}/{target.agent_id}/{target.skill}@{candidate.baseline}")).fixtures
+            if candidate.baseline
+            else []
+        )
         credentials = TicketCredentials(self, ref, scopes=candidate.scopes) if ticket else None
         results = await run_fixtures(fixtures, instance_url, credentials=credentials)
         try:
@@ -207,8 +316,19 @@ class AsyncRegistry(RegistryBase):
 class AsyncKeepAlive:
     """The running keep-alive of AsyncRegistry.keep_alive: `async with`, also start()/stop()."""
 
-    def __init__(self, registry: AsyncRegistry, tenant: str, agent_id: str, instance_id: str, *, url: str | None,
-                 ttl: int, load: Callable[[], float] | float | None, card: bytes | None, fraction: float):
+    def __init__(
+        self,
+        registry: AsyncRegistry,
+        tenant: str,
+        agent_id: str,
+        instance_id: str,
+        *,
+        url: str | None,
+        ttl: int,
+        load: Callable[[], float] | float | None,
+        card: bytes | None,
+        fraction: float,
+    ):
         self._registry, self._tenant, self._agent_id, self._instance_id = registry, tenant, agent_id, instance_id
         self._url, self._ttl, self._load, self._card = url, ttl, load, card
         self._schedule = KeepAliveSchedule.for_ttl(ttl, fraction)
@@ -265,7 +385,9 @@ class AsyncKeepAlive:
         return self._schedule.after_success()
 
     async def _heartbeat(self) -> None:
-        call = calls.heartbeat(self._tenant, self._agent_id, self._instance_id, self._url, self._ttl, load_value(self._load))
+        call = calls.heartbeat(
+            self._tenant, self._agent_id, self._instance_id, self._url, self._ttl, load_value(self._load)
+        )
         result = await self._registry._call(call, retries=False)
         self.state.beats += 1
         self.state.health = result.health

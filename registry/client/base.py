@@ -63,7 +63,13 @@ class RegistryBase:
             if cached is not None:
                 headers["If-None-Match"] = cached[0]
             cache = (key, cached)
-        return {"method": call.method, "url": call.path, "params": call.params, "content": call.body, "headers": headers}, cache
+        return {
+            "method": call.method,
+            "url": call.path,
+            "params": call.params,
+            "content": call.body,
+            "headers": headers,
+        }, cache
 
     def _answer(self, response: httpx.Response, cache: tuple | None) -> tuple[int, bytes]:
         """(status, body) after the ETag cache: a 304 becomes the cached 200."""
@@ -88,8 +94,14 @@ class RegistryBase:
     def _remember_card(self, tenant: str, agent_id: str, body: bytes) -> None:
         self._cards[(tenant, agent_id)] = body
 
-    def _keep_alive_card(self, tenant: str, agent_id: str, card: Any, fields: Mapping[str, Any] | None,
-                         skill_fields: Mapping[str, Mapping[str, Any]] | None) -> bytes | None:
+    def _keep_alive_card(
+        self,
+        tenant: str,
+        agent_id: str,
+        card: Any,
+        fields: Mapping[str, Any] | None,
+        skill_fields: Mapping[str, Mapping[str, Any]] | None,
+    ) -> bytes | None:
         if card is not None:
             return calls.card_body(card, fields, skill_fields)
         return self._cards.get((tenant, agent_id))

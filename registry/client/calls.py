@@ -73,12 +73,15 @@ def parse_ref(ref: str | CapabilityRef | Capability) -> CapabilityRef:
     if isinstance(ref, Capability):
         return CapabilityRef(ref.tenant, ref.agent_id, ref.id, ref.version)
     if not isinstance(ref, str):
-        raise TypeError(f"a capability ref is a string like 'acme/billing-agent/invoice.lookup@^2', not {type(ref).__name__}")
+        raise TypeError(
+            f"a capability ref is a string like 'acme/billing-agent/invoice.lookup@^2', not {type(ref).__name__}"
+        )
     path, at, version = ref.partition("@")
     parts = path.split("/")
     if len(parts) != 3 or not all(parts) or (at and not version):
         raise CapregError(
-            f"{ref!r} is not a capability ref (tenant/agentId/skill@version)", code="invalid_ref",
+            f"{ref!r} is not a capability ref (tenant/agentId/skill@version)",
+            code="invalid_ref",
         )
     return CapabilityRef(parts[0], parts[1], parts[2], version or "latest")
 
@@ -134,7 +137,9 @@ def _params(**values: Any) -> list[tuple[str, str]]:
 # Cards
 
 
-def card_body(card: Any, fields: Mapping[str, Any] | None = None, skill_fields: Mapping[str, Mapping[str, Any]] | None = None) -> bytes:
+def card_body(
+    card: Any, fields: Mapping[str, Any] | None = None, skill_fields: Mapping[str, Mapping[str, Any]] | None = None
+) -> bytes:
     """The PUT body from a dict, a path to a JSON file, raw JSON bytes, or an a2a-sdk AgentCard;
     `fields` adds registry fields at the top (visibility, sharedWith), `skill_fields` per skill id
     (version, sideEffect, scopes, inputSchema, ...)."""
@@ -149,8 +154,12 @@ def card_body(card: Any, fields: Mapping[str, Any] | None = None, skill_fields: 
     if skill_fields:
         unknown = set(skill_fields) - {skill.get("id") for skill in document.get("skills", [])}
         if unknown:
-            raise CapregError(f"skill_fields names skills the card does not have: {sorted(unknown)}", code="invalid_card")
-        document["skills"] = [{**skill, **skill_fields.get(skill.get("id"), {})} for skill in document.get("skills", [])]
+            raise CapregError(
+                f"skill_fields names skills the card does not have: {sorted(unknown)}", code="invalid_card"
+            )
+        document["skills"] = [
+            {**skill, **skill_fields.get(skill.get("id"), {})} for skill in document.get("skills", [])
+        ]
     return _json(document)
 
 
@@ -178,7 +187,10 @@ def _card_document(card: Any) -> dict[str, Any]:
         from google.protobuf.json_format import MessageToDict
 
         return MessageToDict(card)
-    raise CapregError(f"cannot register a {type(card).__name__}: give a dict, a JSON file path or an a2a-sdk AgentCard", code="invalid_card")
+    raise CapregError(
+        f"cannot register a {type(card).__name__}: give a dict, a JSON file path or an a2a-sdk AgentCard",
+        code="invalid_card",
+    )
 
 
 def camel_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -192,7 +204,6 @@ def camel_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 def time_param(value: Any) -> str | None:
     return value.isoformat() if hasattr(value, "isoformat") else value
-
 
 
 # ---------------------------------------------------------------------------
@@ -214,8 +225,13 @@ def heartbeat(tenant: str, agent_id: str, instance_id: str, url: str | None, ttl
         body["url"] = url
     if load is not None:
         body["load"] = min(1.0, max(0.0, float(load)))
-    return Call("POST", agent_path(tenant, agent_id) + "/heartbeat", _decoding(Heartbeat), body=_json(body),
-                headers={"Content-Type": "application/json"})
+    return Call(
+        "POST",
+        agent_path(tenant, agent_id) + "/heartbeat",
+        _decoding(Heartbeat),
+        body=_json(body),
+        headers={"Content-Type": "application/json"},
+    )
 
 
 def agent(tenant: str, agent_id: str) -> Call:
@@ -234,7 +250,9 @@ def agent_of_ref(ref: str) -> tuple[str, str]:
 
 def agent_card(tenant: str, agent_id: str) -> Call:
     """The agent's public A2A card, as the registry serves it (signed)."""
-    return Call("GET", agent_path(tenant, agent_id) + "/.well-known/agent-card.json", lambda status, body: json.loads(body))
+    return Call(
+        "GET", agent_path(tenant, agent_id) + "/.well-known/agent-card.json", lambda status, body: json.loads(body)
+    )
 
 
 def jwks() -> Call:
@@ -254,17 +272,22 @@ def submit_replay(ref: CapabilityRef, results: list[dict[str, Any]], instance: s
     body: dict[str, Any] = {"results": results}
     if instance is not None:
         body["instance"] = instance
-    return Call("POST", ref.path + "/replays", _decoding(ReplayVerdict), body=_json(body),
-                headers={"Content-Type": "application/json"})
+    return Call(
+        "POST",
+        ref.path + "/replays",
+        _decoding(ReplayVerdict),
+        body=_json(body),
+        headers={"Content-Type": "application/json"},
+    )
 
 
 def failed_verdict(error: CapregError) -> ReplayVerdict | None:
     """The `failed` verdict a 422 `replay_failed` answer carries (None for any other error)."""
     if error.code != "replay_failed":
         return None
-    return ReplayVerdict(verdict="failed", errors=[
-        {"fixture": e.fixture, "kind": e.kind, "message": e.message} for e in error.errors
-    ])
+    return ReplayVerdict(
+        verdict="failed", errors=[{"fixture": e.fixture, "kind": e.kind, "message": e.message} for e in error.errors]
+    )
 
 
 def tool(ref: CapabilityRef, format: str) -> Call:  # noqa: A002
@@ -274,12 +297,24 @@ def tool(ref: CapabilityRef, format: str) -> Call:  # noqa: A002
 
 
 def mint_ticket(
-    ref: CapabilityRef, *, scopes: Iterable[str], ttl: int | None, on_behalf_of: str | None,
-    resources: Iterable[str] | None, parent_ticket: str | None, max_depth: int, idempotency_key: str | None,
+    ref: CapabilityRef,
+    *,
+    scopes: Iterable[str],
+    ttl: int | None,
+    on_behalf_of: str | None,
+    resources: Iterable[str] | None,
+    parent_ticket: str | None,
+    max_depth: int,
+    idempotency_key: str | None,
 ) -> Call:
     if isinstance(scopes, str):
         scopes = scopes.split()
-    body: dict[str, Any] = {"audience": ref.audience, "skill": ref.skill, "version": ref.version, "scopes": list(scopes)}
+    body: dict[str, Any] = {
+        "audience": ref.audience,
+        "skill": ref.skill,
+        "version": ref.version,
+        "scopes": list(scopes),
+    }
     if ttl is not None:
         body["ttlSeconds"] = ttl
     if resources:
@@ -301,21 +336,39 @@ def mint_ticket(
 
 
 def offers(
-    need: str | None, *, skill: str | None, tags: Iterable[str] | None, region: str | None,
-    side_effect_max: str | None, limit: int | None, ticket: Mapping[str, Any] | None,
+    need: str | None,
+    *,
+    skill: str | None,
+    tags: Iterable[str] | None,
+    region: str | None,
+    side_effect_max: str | None,
+    limit: int | None,
+    ticket: Mapping[str, Any] | None,
 ) -> Call:
     """POST /v1/offers. `ticket` as the request's `ticket` object (camelCase keys; `ttl` and
     `on_behalf_of` are accepted too)."""
     body: dict[str, Any] = {}
-    for key, value in (("need", need), ("skill", skill), ("region", region), ("sideEffectMax", side_effect_max),
-                       ("limit", limit)):
+    for key, value in (
+        ("need", need),
+        ("skill", skill),
+        ("region", region),
+        ("sideEffectMax", side_effect_max),
+        ("limit", limit),
+    ):
         if value is not None:
             body[key] = value
     if tags:
         body["tags"] = [tags] if isinstance(tags, str) else list(tags)
     if ticket is not None:
-        names = {"ttl": "ttlSeconds", "ttl_seconds": "ttlSeconds", "on_behalf_of": "onBehalfOf", "max_depth": "maxDepth"}
-        body["ticket"] = {names.get(k, k): (v.split() if k == "scopes" and isinstance(v, str) else v) for k, v in ticket.items()}
+        names = {
+            "ttl": "ttlSeconds",
+            "ttl_seconds": "ttlSeconds",
+            "on_behalf_of": "onBehalfOf",
+            "max_depth": "maxDepth",
+        }
+        body["ticket"] = {
+            names.get(k, k): (v.split() if k == "scopes" and isinstance(v, str) else v) for k, v in ticket.items()
+        }
     return Call("POST", "/v1/offers", _decoding(Offers), body=_json(body), headers={"Content-Type": "application/json"})
 
 
@@ -324,8 +377,13 @@ def approval(approval_id: str) -> Call:
 
 
 def introspect(ticket: str) -> Call:
-    return Call("POST", "/v1/tickets/introspect", _decoding(Introspection), body=_json({"ticket": ticket}),
-                headers={"Content-Type": "application/json"})
+    return Call(
+        "POST",
+        "/v1/tickets/introspect",
+        _decoding(Introspection),
+        body=_json({"ticket": ticket}),
+        headers={"Content-Type": "application/json"},
+    )
 
 
 def revoke(jti: str) -> Call:
@@ -373,8 +431,11 @@ def read_answer(call: Call, status: int, body: bytes, retry_after: float | None 
         try:
             return call.read(status, body)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise CapregError(f"the registry's answer to {call.method} {call.path} is not what this client reads: {exc}",
-                              status=status, code="unexpected_answer") from None
+            raise CapregError(
+                f"the registry's answer to {call.method} {call.path} is not what this client reads: {exc}",
+                status=status,
+                code="unexpected_answer",
+            ) from None
     raise error_from_answer(status, body, retry_after)
 
 
@@ -410,7 +471,7 @@ class RetryPolicy:
             return None
         if retry_after is not None:
             return min(retry_after, self.max_wait)
-        return min(self.backoff * (2 ** attempt) * (0.5 + random.random()), self.max_wait)
+        return min(self.backoff * (2**attempt) * (0.5 + random.random()), self.max_wait)
 
 
 class EtagCache:

@@ -84,8 +84,13 @@ def error_from_answer(status: int, body: bytes, retry_after: float | None = None
         problem = _Problem()
     message = problem.detail or problem.title or _short(body) or f"HTTP {status}"
     return CapregError(
-        message, status=status, code=problem.code or f"http_{status}", reason=problem.reason,
-        errors=problem.errors, trace_id=problem.trace_id, missing_scopes=problem.missing_scopes,
+        message,
+        status=status,
+        code=problem.code or f"http_{status}",
+        reason=problem.reason,
+        errors=problem.errors,
+        trace_id=problem.trace_id,
+        missing_scopes=problem.missing_scopes,
         retry_after=retry_after,
     )
 

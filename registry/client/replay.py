@@ -46,14 +46,18 @@ def target_card(instance_url: str, *, with_ticket: bool) -> AgentCard:
     """The card the runner calls: the instance's JSON-RPC endpoint (no card is fetched from it), and,
     with a ticket, the bearer scheme a2a-sdk needs declared before it sends credentials."""
     card = AgentCard(
-        name="replay target", description="the candidate's instance", version="0",
+        name="replay target",
+        description="the candidate's instance",
+        version="0",
         supported_interfaces=[AgentInterface(url=instance_url, protocol_binding="JSONRPC", protocol_version="1.0")],
         capabilities=AgentCapabilities(streaming=False),
-        default_input_modes=["application/json"], default_output_modes=["application/json"],
+        default_input_modes=["application/json"],
+        default_output_modes=["application/json"],
     )
     if with_ticket:
-        card.security_schemes["capreg"].CopyFrom(SecurityScheme(
-            http_auth_security_scheme=HTTPAuthSecurityScheme(scheme="bearer", bearer_format="JWT")))
+        card.security_schemes["capreg"].CopyFrom(
+            SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(scheme="bearer", bearer_format="JWT"))
+        )
         card.security_requirements.append(SecurityRequirement(schemes={"capreg": StringList()}))
     return card
 
@@ -125,11 +129,20 @@ def _integral(value: Any) -> Any:
 
 def unanswered(fixture: str, duration_ms: int) -> dict[str, Any]:
     """The result of a fixture whose call failed: nothing is known of what it did."""
-    return {"fixture": fixture, "outcome": UNKNOWN_COMMIT, "sideEffect": UNREPORTED_SIDE_EFFECT, "durationMs": duration_ms}
+    return {
+        "fixture": fixture,
+        "outcome": UNKNOWN_COMMIT,
+        "sideEffect": UNREPORTED_SIDE_EFFECT,
+        "durationMs": duration_ms,
+    }
 
 
 async def run_fixtures(
-    fixtures: Iterable[dict[str, Any]], instance_url: str, *, credentials: Any | None = None, timeout: float = 30.0,
+    fixtures: Iterable[dict[str, Any]],
+    instance_url: str,
+    *,
+    credentials: Any | None = None,
+    timeout: float = 30.0,
 ) -> list[dict[str, Any]]:
     """The report's results: each fixture sent to `instance_url` in turn. `credentials` (an a2a-sdk
     CredentialService such as registry.client.a2a.TicketCredentials) is presented as a bearer token."""
@@ -137,7 +150,8 @@ async def run_fixtures(
     async with httpx.AsyncClient(timeout=timeout) as http:
         interceptors = [AuthInterceptor(credentials)] if credentials is not None else []
         client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(
-            target_card(instance_url, with_ticket=credentials is not None), interceptors=interceptors)
+            target_card(instance_url, with_ticket=credentials is not None), interceptors=interceptors
+        )
         for fixture in fixtures:
             name = fixture["name"]
             message = new_data_message(fixture.get("input", {}), role=Role.ROLE_USER)

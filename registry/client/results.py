@@ -86,8 +86,12 @@ def callable_url(url: object) -> bool:
         parts.port  # noqa: B018 (raises on a malformed port)
     except ValueError:
         return False
-    return (parts.scheme in ("http", "https") and url.lower().startswith(parts.scheme + "://") and bool(parts.hostname)
-            and "@" not in parts.netloc)
+    return (
+        parts.scheme in ("http", "https")
+        and url.lower().startswith(parts.scheme + "://")
+        and bool(parts.hostname)
+        and "@" not in parts.netloc
+    )
 
 
 class CapabilityDetail(Capability, kw_only=True):

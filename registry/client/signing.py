@@ -146,4 +146,3 @@ def sign_registration(body: bytes | dict[str, Any], private_key_pem: bytes, kid:
     protected, _, signature = compact.split(".")
     value["signatures"] = [{"protected": protected, "signature": signature}]
     return value
-

@@ -20,9 +20,9 @@ from registry.client.base import (
     log,
     tool_list,
 )
-from registry.client.calls import camel_fields as _camel, time_param as _time
+from registry.client.calls import camel_fields as _camel
+from registry.client.calls import time_param as _time
 from registry.client.errors import CapregError
-from registry.client.signing import signature_kids, verify_card
 from registry.client.results import (
     Agent,
     Approval,
@@ -33,12 +33,13 @@ from registry.client.results import (
     Grant,
     Heartbeat,
     Introspection,
+    Offers,
     Registration,
     ReplayVerdict,
     Revocation,
-    Offers,
     Ticket,
 )
+from registry.client.signing import signature_kids, verify_card
 
 
 class Registry(RegistryBase):
@@ -88,8 +89,15 @@ class Registry(RegistryBase):
 
     # -- agents -----------------------------------------------------------------------------
 
-    def register(self, tenant: str, agent_id: str, card: Any, *, skill_fields: Mapping[str, Mapping[str, Any]] | None = None,
-                 **fields: Any) -> Registration:
+    def register(
+        self,
+        tenant: str,
+        agent_id: str,
+        card: Any,
+        *,
+        skill_fields: Mapping[str, Mapping[str, Any]] | None = None,
+        **fields: Any,
+    ) -> Registration:
         """Register or update an agent: `card` is a dict, a JSON file path or an a2a-sdk AgentCard;
         `fields` adds top-level registry fields (visibility=..., sharedWith=[...]), `skill_fields`
         per-skill ones ({"invoice.lookup": {"version": "2.0.0", "sideEffect": "none", ...}})."""
@@ -98,8 +106,16 @@ class Registry(RegistryBase):
         self._remember_card(tenant, agent_id, body)
         return result
 
-    def heartbeat(self, tenant: str, agent_id: str, instance_id: str, *, url: str | None = None, ttl: int = 30,
-                  load: float | None = None) -> Heartbeat:
+    def heartbeat(
+        self,
+        tenant: str,
+        agent_id: str,
+        instance_id: str,
+        *,
+        url: str | None = None,
+        ttl: int = 30,
+        load: float | None = None,
+    ) -> Heartbeat:
         return self._call(calls.heartbeat(tenant, agent_id, instance_id, url, ttl, load))
 
     def agent(self, tenant: str, agent_id: str) -> Agent:
@@ -116,9 +132,20 @@ class Registry(RegistryBase):
             verify_card(card, self._card_keys)
         return card
 
-    def keep_alive(self, tenant: str, agent_id: str, instance_id: str, *, url: str | None = None, ttl: int = 30,
-                   load: Callable[[], float] | float | None = None, card: Any = None, fraction: float = 1 / 3,
-                   skill_fields: Mapping[str, Mapping[str, Any]] | None = None, **fields: Any) -> KeepAlive:
+    def keep_alive(
+        self,
+        tenant: str,
+        agent_id: str,
+        instance_id: str,
+        *,
+        url: str | None = None,
+        ttl: int = 30,
+        load: Callable[[], float] | float | None = None,
+        card: Any = None,
+        fraction: float = 1 / 3,
+        skill_fields: Mapping[str, Mapping[str, Any]] | None = None,
+        **fields: Any,
+    ) -> KeepAlive:
         """A context manager heartbeating in a background thread every `ttl * fraction` seconds.
 
         On entry one heartbeat is sent at once (a bad token fails there, not in the background).
@@ -129,25 +156,59 @@ class Registry(RegistryBase):
 
     # -- routers ----------------------------------------------------------------------------
 
-    def discover(self, q: str | None = None, *, tag: str | list[str] | None = None, skill: str | None = None,
-                 side_effect_max: str | None = None, region: str | None = None, health: str | None = None,
-                 agent: str | None = None, tenant: str | None = None, status: str | None = None,
-                 versions: str | None = None, limit: int | None = None) -> Iterator[Capability]:
+    def discover(
+        self,
+        q: str | None = None,
+        *,
+        tag: str | list[str] | None = None,
+        skill: str | None = None,
+        side_effect_max: str | None = None,
+        region: str | None = None,
+        health: str | None = None,
+        agent: str | None = None,
+        tenant: str | None = None,
+        status: str | None = None,
+        versions: str | None = None,
+        limit: int | None = None,
+    ) -> Iterator[Capability]:
         """Every matching capability, page after page (answers revalidated by ETag)."""
-        return self._pages(calls.discover(
-            q=q, tag=tag, skill=skill, sideEffectMax=side_effect_max, region=region, health=health, agent=agent,
-            tenant=tenant, status=status, versions=versions, limit=limit,
-        ))
+        return self._pages(
+            calls.discover(
+                q=q,
+                tag=tag,
+                skill=skill,
+                sideEffectMax=side_effect_max,
+                region=region,
+                health=health,
+                agent=agent,
+                tenant=tenant,
+                status=status,
+                versions=versions,
+                limit=limit,
+            )
+        )
 
-    def offers(self, need: str | None = None, *, skill: str | None = None, tags: Iterable[str] | None = None,
-               region: str | None = None, side_effect_max: str | None = None, limit: int | None = None,
-               ticket: Mapping[str, Any] | None = None) -> Offers:
+    def offers(
+        self,
+        need: str | None = None,
+        *,
+        skill: str | None = None,
+        tags: Iterable[str] | None = None,
+        region: str | None = None,
+        side_effect_max: str | None = None,
+        limit: int | None = None,
+        ticket: Mapping[str, Any] | None = None,
+    ) -> Offers:
         """Ranked offers for a need (POST /v1/offers): capabilities the caller may call now, each with
         its least-loaded live instance; with `ticket` ({"scopes": [...], "ttlSeconds": ...}) the first
         offer carries a ticket, an approval or the refusal. A request with `ticket` is not retried
         (it has no Idempotency-Key, so a retry could mint twice)."""
-        return self._call(calls.offers(need, skill=skill, tags=tags, region=region, side_effect_max=side_effect_max,
-                                       limit=limit, ticket=ticket), retries=ticket is None)
+        return self._call(
+            calls.offers(
+                need, skill=skill, tags=tags, region=region, side_effect_max=side_effect_max, limit=limit, ticket=ticket
+            ),
+            retries=ticket is None,
+        )
 
     def detail(self, ref: str) -> CapabilityDetail:
         """Schemas, examples and endpoints of "tenant/agent/skill@version-or-range" (default latest)."""
@@ -165,14 +226,31 @@ class Registry(RegistryBase):
         """The capabilities as `mcp.types.Tool` objects (needs the mcp package)."""
         return as_mcp_tools(list(self.tools(refs, "mcp")))
 
-    def mint_ticket(self, ref: str, scopes: Iterable[str], ttl: int | None = 300, on_behalf_of: str | None = None,
-                    resources: Iterable[str] | None = None, parent_ticket: str | None = None,
-                    idempotency_key: str | None = None, *, max_depth: int = 0) -> Ticket | Approval:
+    def mint_ticket(
+        self,
+        ref: str,
+        scopes: Iterable[str],
+        ttl: int | None = 300,
+        on_behalf_of: str | None = None,
+        resources: Iterable[str] | None = None,
+        parent_ticket: str | None = None,
+        idempotency_key: str | None = None,
+        *,
+        max_depth: int = 0,
+    ) -> Ticket | Approval:
         """A delegation ticket for `ref` (an Approval instead when the capability requires one)."""
-        return self._call(calls.mint_ticket(
-            calls.parse_ref(ref), scopes=scopes, ttl=ttl, on_behalf_of=on_behalf_of, resources=resources,
-            parent_ticket=parent_ticket, max_depth=max_depth, idempotency_key=idempotency_key,
-        ))
+        return self._call(
+            calls.mint_ticket(
+                calls.parse_ref(ref),
+                scopes=scopes,
+                ttl=ttl,
+                on_behalf_of=on_behalf_of,
+                resources=resources,
+                parent_ticket=parent_ticket,
+                max_depth=max_depth,
+                idempotency_key=idempotency_key,
+            )
+        )
 
     def approval(self, approval_id: str) -> Approval:
         return self._call(calls.approval(approval_id))
@@ -185,21 +263,46 @@ class Registry(RegistryBase):
 
     # -- security teams ---------------------------------------------------------------------
 
-    def grants(self, *, actor: str | None = None, skill: str | None = None, scope: str | None = None,
-               active: bool = True, limit: int | None = None) -> Iterator[Grant]:
+    def grants(
+        self,
+        *,
+        actor: str | None = None,
+        skill: str | None = None,
+        scope: str | None = None,
+        active: bool = True,
+        limit: int | None = None,
+    ) -> Iterator[Grant]:
         return self._pages(calls.grants(actor=actor, skill=skill, scope=scope, active=active, limit=limit))
 
-    def audit_events(self, *, type: str | None = None, actor: str | None = None, skill: str | None = None,  # noqa: A002
-                     scope: str | None = None, since: str | None = None, until: str | None = None,
-                     limit: int | None = None) -> Iterator[AuditEvent]:
-        return self._pages(calls.audit_events(
-            type=type, actor=actor, skill=skill, scope=scope, since=_time(since), until=_time(until), limit=limit,
-        ))
+    def audit_events(
+        self,
+        *,
+        type: str | None = None,
+        actor: str | None = None,
+        skill: str | None = None,  # noqa: A002
+        scope: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        limit: int | None = None,
+    ) -> Iterator[AuditEvent]:
+        return self._pages(
+            calls.audit_events(
+                type=type,
+                actor=actor,
+                skill=skill,
+                scope=scope,
+                since=_time(since),
+                until=_time(until),
+                limit=limit,
+            )
+        )
 
     def checkpoint(self) -> Checkpoint:
         return self._call(calls.checkpoint())
 
-    def replay(self, ref: str, instance_url: str, *, ticket: bool = False, instance: str | None = None) -> ReplayVerdict:
+    def replay(
+        self, ref: str, instance_url: str, *, ticket: bool = False, instance: str | None = None
+    ) -> ReplayVerdict:
         """Run the baseline's fixtures of the candidate `ref` (its exact version) against the A2A
         endpoint `instance_url` and submit the report (docs/api.md#the-replay-gate): the verdict,
         `passed` (the candidate is now active) or `failed` (one error per failing fixture).
@@ -212,7 +315,11 @@ class Registry(RegistryBase):
 
         target = calls.parse_ref(ref)
         candidate = self.detail(ref)
-        fixtures = self.detail(f"{target.tenant}/{target.agent_id}/{target.skill}@{candidate.baseline}").fixtures if candidate.baseline else []
+        fixtures = (
+            self.detail(f"{target.tenant}/{target.agent_id}/{target.skill}@{candidate.baseline}").fixtures
+            if candidate.baseline
+            else []
+        )
         credentials = TicketCredentials(self, ref, scopes=candidate.scopes) if ticket else None
         results = asyncio.run(run_fixtures(fixtures, instance_url, credentials=credentials))
         try:
@@ -227,8 +334,19 @@ class Registry(RegistryBase):
 class KeepAlive:
     """The running keep-alive of Registry.keep_alive: a context manager, also start()/stop()."""
 
-    def __init__(self, registry: Registry, tenant: str, agent_id: str, instance_id: str, *, url: str | None, ttl: int,
-                 load: Callable[[], float] | float | None, card: bytes | None, fraction: float):
+    def __init__(
+        self,
+        registry: Registry,
+        tenant: str,
+        agent_id: str,
+        instance_id: str,
+        *,
+        url: str | None,
+        ttl: int,
+        load: Callable[[], float] | float | None,
+        card: bytes | None,
+        fraction: float,
+    ):
         self._registry, self._tenant, self._agent_id, self._instance_id = registry, tenant, agent_id, instance_id
         self._url, self._ttl, self._load, self._card = url, ttl, load, card
         self._schedule = KeepAliveSchedule.for_ttl(ttl, fraction)
@@ -288,7 +406,9 @@ class KeepAlive:
         return self._schedule.after_success()
 
     def _heartbeat(self) -> None:
-        call = calls.heartbeat(self._tenant, self._agent_id, self._instance_id, self._url, self._ttl, load_value(self._load))
+        call = calls.heartbeat(
+            self._tenant, self._agent_id, self._instance_id, self._url, self._ttl, load_value(self._load)
+        )
         result = self._registry._call(call, retries=False)
         self.state.beats += 1
         self.state.health = result.health

@@ -66,7 +66,9 @@ class TicketVerifier:
                 raise ValueError("check_revocation needs token= or token_provider= (a token of the audience agent)")
             from registry.client.sync import Registry
 
-            self._registry = Registry(self.registry_url, token=token, token_provider=token_provider, http=None, timeout=timeout)
+            self._registry = Registry(
+                self.registry_url, token=token, token_provider=token_provider, http=None, timeout=timeout
+            )
 
     # -- keys -----------------------------------------------------------------------------
 
@@ -105,11 +107,15 @@ class TicketVerifier:
                 return key
         with self._lock:
             key = self._keys.get(kid)
-            if key is None and (self._fetched_at is None or time.monotonic() - self._fetched_at >= self.refetch_interval):
+            if key is None and (
+                self._fetched_at is None or time.monotonic() - self._fetched_at >= self.refetch_interval
+            ):
                 self._fetch_keys()
                 key = self._keys.get(kid)
         if key is None:
-            raise invalid_ticket("unknown_key", f"the ticket is signed with key {kid[:64]!r}, which the registry does not publish")
+            raise invalid_ticket(
+                "unknown_key", f"the ticket is signed with key {kid[:64]!r}, which the registry does not publish"
+            )
         return key
 
     # -- verification ---------------------------------------------------------------------
@@ -135,7 +141,12 @@ class TicketVerifier:
         key = self._key(kid)
         try:
             payload = jwt.decode(
-                ticket, key, algorithms=[ALGORITHM], audience=self.audience, issuer=self.issuer, leeway=self.leeway,
+                ticket,
+                key,
+                algorithms=[ALGORITHM],
+                audience=self.audience,
+                issuer=self.issuer,
+                leeway=self.leeway,
                 options={"require": REQUIRED_CLAIMS},
             )
         except jwt.ExpiredSignatureError:
@@ -166,7 +177,9 @@ class TicketVerifier:
             except CapregError as error:
                 raise invalid_ticket("introspection_failed", f"cannot check revocation: {error}") from None
             if not active:
-                raise invalid_ticket("inactive", "the registry says the ticket is no longer active (revoked or retired)")
+                raise invalid_ticket(
+                    "inactive", "the registry says the ticket is no longer active (revoked or retired)"
+                )
         return claims
 
     def close(self) -> None:

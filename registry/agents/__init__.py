@@ -1,0 +1,1 @@
+"""Agents: registration, the agent views and A2A cards, heartbeats."""

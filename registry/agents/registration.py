@@ -1,0 +1,489 @@
+"""Registration: turning a PUT body into immutable capability versions, in one transaction.
+
+`prepare_registration_now` is pure (parse, normalize, validate, hash) and `prepare_registration` runs
+it in a worker process (registry.core.bounded_work); `apply_registration` writes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import msgspec
+
+from auth.principal import Caller
+from db import agents as agent_queries
+from db import capabilities as capability_queries
+from db import signatures as signature_queries
+from db.audit_events import AuditEvent
+from db.changes import CANDIDATE_CHANGE_KIND
+from db.group_commit import WriteScope
+from registry.agents.card_signing import CardNotCanonical, canonical_card
+from registry.agents.cards import a2a_card_dict, normalize_registration
+from registry.core.bounded_work import WorkFailed, WorkTimedOut, run_bounded
+from registry.core.problems import ErrorItem, ProblemError, invalid_request
+from registry.core.records import (
+    SIDE_EFFECT_ORDER,
+    AgentRegistration,
+    SkillRegistration,
+    agent_ref,
+    approval_required,
+    capability_ref,
+)
+from registry.core.schema_guard import SchemaRejected, compile_schema
+from registry.core.wire import Wire
+from registry.versions.compatibility import BreakingChange, check_compatibility
+from registry.versions.fixtures import fixture_errors, fixtures_content
+from registry.versions.semver import InvalidVersion, Version, baseline, publish_verdict
+
+_encoder = msgspec.json.Encoder(order="sorted")
+# The change recorded for a new candidate (and its retirement): never shown by the feed (db.changes).
+CANDIDATE_CHANGE = CANDIDATE_CHANGE_KIND
+T = TypeVar("T")
+
+
+class VersionRef(Wire):
+    id: str
+    version: str
+
+
+class CandidateRef(Wire):
+    """A new version stored as a candidate: its baseline's fixtures must pass a replay first."""
+
+    id: str
+    version: str
+    baseline: str
+    fixtures: int
+
+
+class PreparedSkill(msgspec.Struct):
+    skill: SkillRegistration
+    version: Version
+    requires_approval: bool
+    content_hash: str
+
+
+class CompatibilityVerdict(msgspec.Struct):
+    """`incompatibilities(existing, new)` computed before the write, with the inputs it was computed on."""
+
+    existing: list
+    new: list
+    breaking: list[ErrorItem]
+
+
+class PreparedRegistration(msgspec.Struct):
+    registration: AgentRegistration
+    card: dict
+    card_hash: str
+    skills: list[PreparedSkill]
+    verdict: CompatibilityVerdict | None = None
+    # registration_digest of the body's bytes: stored with the agent for the unchanged fast path.
+    body_hash: str | None = None
+    # The body as received, kept with the agent (GET .../registration), and the kid of its verified
+    # publisher signature (None: unsigned; registry.agents.publisher_keys.verified_publisher).
+    body: bytes | None = None
+    publisher_kid: str | None = None
+
+
+def _hash(value: Any) -> str:
+    return hashlib.sha256(_encoder.encode(value)).hexdigest()
+
+
+# Part of every registration digest: bump it whenever validation or normalization of a registration
+# changes, so that bodies accepted under the old rules go through the full path again once.
+_REGISTRATION_RULES = "capreg-registration-rules-3"  # 2: behaviour fixtures; 3: endpoint URLs checked
+
+
+def registration_digest(body: bytes) -> str:
+    """The hash of a registration body's bytes, as received.
+
+    Equal to the agent's stored hash means: these exact bytes were the last registration applied,
+    and every write since that could make them do something again (a card change or a new
+    version, each of which stores its own body's hash) has not happened, so sending them again
+    changes nothing. Agents re-register at every start with the same bytes; a body with the same
+    content in other bytes takes the full path once and then becomes the stored hash. Cheap: the
+    body is not even decoded.
+    """
+    return hashlib.sha256(_REGISTRATION_RULES.encode() + b"\0" + body).hexdigest()
+
+
+def schema_errors(schema: Any, path: str, *, must_be_object: bool) -> list[ErrorItem]:
+    """Why `schema` is not an acceptable JSON Schema 2020-12 document (empty when it is).
+
+    Checked and compiled by registry.core.schema_guard, the one place a registrant's schema is compiled:
+    nothing it says can make capreg fetch a URL or a file, and its patterns must be linear-time.
+    """
+    if not isinstance(schema, dict):
+        return [ErrorItem(path=path, message="a schema must be a JSON object")]
+    try:
+        compile_schema(schema)
+    except SchemaRejected as rejected:
+        return [ErrorItem(path=path + e.path, message=e.message) for e in rejected.errors]
+    if must_be_object and schema.get("type") != "object":
+        return [ErrorItem(path=path + "/type", message='inputSchema must describe an object ("type": "object")')]
+    return []
+
+
+def skill_content(skill: SkillRegistration) -> dict:
+    """The published content of a capability version, the thing that must never change."""
+    content = msgspec.to_builtins(skill)
+    content["requiresApproval"] = approval_required(skill.side_effect, skill.requires_approval)
+    if not content["fixtures"]:
+        del content["fixtures"]  # versions published before fixtures existed keep their hash
+    return content
+
+
+async def prepare_registration(registration: AgentRegistration) -> PreparedRegistration:
+    """`prepare_registration_now` in a worker process (registry.core.bounded_work): schema compilation
+    runs off the event loop, within a deadline (past it: 400 `invalid_request`)."""
+    outcome = await bounded(prepare_registration_outcome, registration, what="checking the registration")
+    if isinstance(outcome, PreparedRegistration):
+        return outcome
+    detail, errors = outcome
+    raise invalid_request(detail, errors)
+
+
+def prepare_registration_outcome(registration: AgentRegistration) -> PreparedRegistration | tuple[str, list[ErrorItem]]:
+    """`prepare_registration_now`, its refusal returned rather than raised (to cross a process boundary)."""
+    try:
+        return prepare_registration_now(registration)
+    except ProblemError as error:
+        return error.detail, list(error.errors or [])
+
+
+async def bounded(function: Callable[..., T], *args: Any, what: str) -> T:
+    """`function(*args)` in a worker process (registry.core.bounded_work); past the deadline, or if the
+    worker dies, 400 `invalid_request` saying what took too long."""
+    try:
+        return await run_bounded(function, *args)
+    except WorkTimedOut as error:
+        raise invalid_request(
+            f"{what} {error}", [ErrorItem(path="", message=f"{what} {error}; simplify the schemas")]
+        ) from None
+    except WorkFailed as error:
+        raise invalid_request(f"{what} failed", [ErrorItem(path="", message=f"{what} failed: {error}")]) from None
+
+
+def checked_schemas(schemas: list[tuple[Any, str, bool]]) -> list[ErrorItem]:
+    """`schema_errors` for each (schema, path, must_be_object)."""
+    return [
+        error
+        for schema, path, must_be_object in schemas
+        for error in schema_errors(schema, path, must_be_object=must_be_object)
+    ]
+
+
+def compatibility_report(
+    old: Version, new: Version, old_contract: dict, new_contract: dict
+) -> tuple[list[BreakingChange], list[BreakingChange]]:
+    """For `POST /v1/compatibility`, in one worker call: every breaking change from `old_contract` to
+    `new_contract`, and those that would refuse publishing `new` after `old` (`publish_verdict`)."""
+    found = check_compatibility(old_contract, new_contract)
+    refusing = [change for _, _, change in publish_verdict(new, new_contract, [(old, old_contract)])]
+    return found, refusing
+
+
+def prepare_registration_now(registration: AgentRegistration) -> PreparedRegistration:
+    """Parse, normalize, validate (schemas compiled) and hash a registration; ProblemError if invalid."""
+    registration = normalize_registration(registration)
+    errors: list[ErrorItem] = []
+    if not registration.skills:
+        errors.append(ErrorItem(path="/skills", message="an agent registers at least one skill"))
+    seen: set[tuple[str, str]] = set()
+    prepared: list[PreparedSkill] = []
+    for index, skill in enumerate(registration.skills):
+        base = f"/skills/{index}"
+        try:
+            version = Version.parse(skill.version)
+        except InvalidVersion as exc:
+            errors.append(ErrorItem(path=f"{base}/version", message=f"not a semantic version (2.0): {exc}"))
+            continue
+        key = (skill.id, str(version))
+        if key in seen:
+            errors.append(ErrorItem(path=base, message=f"{skill.id}@{skill.version} appears twice"))
+        seen.add(key)
+        schema_problems = schema_errors(skill.input_schema, f"{base}/inputSchema", must_be_object=True)
+        schema_problems += schema_errors(skill.output_schema, f"{base}/outputSchema", must_be_object=False)
+        errors += schema_problems
+        errors += fixture_errors(skill, base, schemas_valid=not schema_problems)
+        content = skill_content(skill)
+        prepared.append(PreparedSkill(skill, version, content["requiresApproval"], _hash(content)))
+    if errors:
+        raise invalid_request("the registration is invalid", errors)
+    card = a2a_card_dict(registration)
+    try:  # every card served from it is signed: it must have A2A's canonical form (registry.agents.card_signing)
+        canonical_card({key: value for key, value in card.items() if key != "signatures"})
+    except CardNotCanonical as exc:
+        raise invalid_request(
+            "the card is not an A2A AgentCard with an RFC 8785 canonical form, so it cannot be signed",
+            [ErrorItem(path="", message=str(exc))],
+        ) from None
+    return PreparedRegistration(registration, card, _hash(card), prepared)
+
+
+def _search_text(skill: SkillRegistration) -> str:
+    return " ".join([skill.id, skill.name, skill.description, *skill.tags]).lower()
+
+
+def _version_row(tenant: str, agent_id: str, prepared: PreparedSkill) -> dict[str, Any]:
+    skill = prepared.skill
+    return {
+        "tenant": tenant,
+        "agent_id": agent_id,
+        "skill_id": skill.id,
+        "version": skill.version,
+        "version_key": prepared.version.sort_key(),
+        "prerelease": prepared.version.is_prerelease,
+        "name": skill.name,
+        "description": skill.description,
+        "tags": list(skill.tags),
+        "scopes": sorted(set(skill.scopes)),
+        "side_effect": skill.side_effect,
+        "side_effect_rank": SIDE_EFFECT_ORDER[skill.side_effect],
+        "requires_approval": prepared.requires_approval,
+        "data_regions": sorted(set(skill.data_regions)),
+        "slo": msgspec.to_builtins(skill.slo) if skill.slo is not None else None,
+        "examples": list(skill.examples),
+        "fixtures": fixtures_content(skill),
+        "fixture_count": len(skill.fixtures),
+        "input_schema": skill.input_schema,
+        "output_schema": skill.output_schema,
+        "input_modes": list(skill.input_modes),
+        "output_modes": list(skill.output_modes),
+        "effective_at": skill.effective_at,
+        "content_hash": prepared.content_hash,
+        "search_text": _search_text(skill),
+    }
+
+
+def skill_contract(row: Any) -> dict[str, Any]:
+    """A stored version in the camelCase shape `registry.versions.compatibility.check_compatibility` reads."""
+    return {
+        "inputSchema": row["input_schema"],
+        "outputSchema": row["output_schema"],
+        "scopes": list(row["scopes"]),
+        "sideEffect": row["side_effect"],
+        "requiresApproval": row["requires_approval"],
+        "dataRegions": list(row["data_regions"]),
+    }
+
+
+def incompatibilities(
+    existing: list[tuple[str, Version, dict]], new: list[tuple[int, str, Version, dict]]
+) -> list[ErrorItem]:
+    """Breaking changes that new versions would publish without a major bump, by `publish_verdict`.
+
+    `existing`: (skill id, version, contract) of stored, non-retired versions; `new`: (index in the
+    body, skill id, version, contract). Versions published earlier in the same request count as
+    published for the ones after them.
+    """
+    known = list(existing)
+    errors: list[ErrorItem] = []
+    for index, skill_id, version, contract in sorted(new, key=lambda item: (item[1], item[2])):
+        line = [(v, c) for s, v, c in known if s == skill_id]
+        for neighbour, above, change in publish_verdict(version, contract, line):
+            if above:
+                message = f"{skill_id}@{neighbour} is already published and would break callers of {version}: {change.message}"
+            else:
+                message = f"{change.message} (compared with {skill_id}@{neighbour}; breaking changes need a new major version)"
+            errors.append(ErrorItem(path=f"/skills/{index}{change.path}", kind=change.kind, message=message))
+        known.append((skill_id, version, contract))
+    return errors
+
+
+def _compatibility_inputs(
+    stored: list[Any], prepared: PreparedRegistration, new_skills: list[PreparedSkill]
+) -> tuple[list, list]:
+    """`incompatibilities`' arguments, in a stable order (so two reads of the same state compare equal)."""
+    existing = sorted(
+        ((r["skill_id"], Version.parse(r["version"]), skill_contract(r)) for r in stored),
+        key=lambda item: (item[0], item[1].sort_key()),
+    )
+    new = [(prepared.skills.index(p), p.skill.id, p.version, skill_content(p.skill)) for p in new_skills]
+    return existing, new
+
+
+async def check_compatibility_ahead(pool: Any, tenant: str, agent_id: str, prepared: PreparedRegistration) -> None:
+    """Compare the registration with the published versions before its write, in a worker process
+    (registry.core.bounded_work), and keep the verdict on `prepared`: the write, inside a transaction
+    shared with other requests, then only checks that nothing changed in between instead of
+    comparing schemas itself."""
+    hashes = await capability_queries.content_hashes(pool, tenant, agent_id)
+    new_skills = [p for p in prepared.skills if (p.skill.id, p.skill.version) not in hashes]
+    if not new_skills:
+        return
+    stored = await capability_queries.version_contracts(pool, tenant, agent_id)
+    existing, new = _compatibility_inputs(stored, prepared, new_skills)
+    breaking = await bounded(
+        incompatibilities, existing, new, what="comparing the new versions with the published ones"
+    )
+    prepared.verdict = CompatibilityVerdict(existing, new, breaking)
+
+
+class RegistrationResult(msgspec.Struct):
+    created: bool
+    published: list[VersionRef]
+    unchanged: list[VersionRef]
+    candidates: list[CandidateRef] = []
+
+
+def candidate_baselines(stored: list[Any], new_skills: list[PreparedSkill]) -> dict[tuple[str, str], CandidateRef]:
+    """Which new versions are candidates: those whose baseline (registry.versions.semver.baseline) has
+    fixtures. The baseline is chosen among released versions (stored ones neither retired nor
+    candidates, and new ones of the same request that are not candidates themselves), so a chain
+    of candidates without fixtures can never step around a baseline's fixtures."""
+    released: dict[str, list[tuple[Version, int]]] = {}
+    for row in stored:
+        if row["status"] != "candidate":
+            released.setdefault(row["skill_id"], []).append((Version.parse(row["version"]), row["fixture_count"]))
+    found: dict[tuple[str, str], CandidateRef] = {}
+    for prepared in sorted(new_skills, key=lambda p: (p.skill.id, p.version)):
+        skill = prepared.skill
+        chosen = baseline(prepared.version, released.get(skill.id, []))
+        if chosen is not None and chosen[1] > 0:
+            found[(skill.id, skill.version)] = CandidateRef(
+                id=skill.id, version=skill.version, baseline=str(chosen[0]), fixtures=chosen[1]
+            )
+        else:
+            released.setdefault(skill.id, []).append((prepared.version, len(skill.fixtures)))
+    return found
+
+
+async def apply_registration(
+    scope: WriteScope,
+    caller: Caller,
+    tenant: str,
+    agent_id: str,
+    prepared: PreparedRegistration,
+    *,
+    trace_id: str | None,
+    request_id: str | None = None,
+) -> RegistrationResult:
+    """Write a prepared registration as one write of a group commit (db.group_commit): raises
+    ProblemError on a conflict, and its savepoint rolls back with nothing applied."""
+    conn = scope.conn
+    reg = prepared.registration
+    fields = {
+        "name": reg.name,
+        "description": reg.description,
+        "version": reg.version,
+        "provider": msgspec.to_builtins(reg.provider) if reg.provider is not None else None,
+        "visibility": reg.visibility,
+        "shared_with": sorted(set(reg.shared_with)),
+        "card": prepared.card,
+        "card_hash": prepared.card_hash,
+    }
+    ref_of_agent = agent_ref(tenant, agent_id)
+
+    def event(type_: str, ref: str, scopes: list[str] | None = None, reason: str | None = None) -> AuditEvent:
+        return AuditEvent(
+            type=type_,
+            outcome="allowed",
+            tenant=tenant,
+            actor_tenant=caller.tenant,
+            actor=caller.sub,
+            actor_issuer=caller.issuer,
+            ref=ref,
+            scopes=scopes or [],
+            reason=reason,
+            trace_id=trace_id,
+            request_id=request_id,
+        )
+
+    await agent_queries.lock_agent(conn, tenant, agent_id)
+    existing = await agent_queries.get_agent(conn, tenant, agent_id)
+    created = existing is None
+    if existing is not None and existing["publisher_kid"] is not None and prepared.publisher_kid is None:
+        # Registered signed by a concurrent request since the signature check: no downgrade.
+        raise ProblemError(
+            400,
+            "signature_required",
+            "this agent was registered with a publisher signature: every later registration must be signed too",
+        )
+    agent_changed = created or (
+        existing["card_hash"] != prepared.card_hash
+        or existing["visibility"] != fields["visibility"]
+        or list(existing["shared_with"]) != fields["shared_with"]
+        or (prepared.publisher_kid is not None and existing["publisher_kid"] != prepared.publisher_kid)
+    )
+    if created:
+        await agent_queries.insert_agent(conn, tenant, agent_id, fields)
+    elif agent_changed:
+        await agent_queries.update_agent(conn, tenant, agent_id, fields)
+    if agent_changed:
+        # The reason of an applied registration is the kid of its publisher signature (None: unsigned).
+        scope.audit(event("agent.registered", ref_of_agent, reason=prepared.publisher_kid))
+        scope.change("agent.registered", tenant, agent_id, ref_of_agent)
+
+    hashes = await capability_queries.content_hashes(conn, tenant, agent_id)
+    conflicts: list[ErrorItem] = []
+    published: list[VersionRef] = []
+    unchanged: list[VersionRef] = []
+    new_skills: list[PreparedSkill] = []
+    for index, skill in enumerate(prepared.skills):
+        ref = VersionRef(id=skill.skill.id, version=skill.skill.version)
+        stored = hashes.get((skill.skill.id, skill.skill.version))
+        if stored is None:
+            new_skills.append(skill)
+            published.append(ref)
+        elif stored == skill.content_hash:
+            unchanged.append(ref)
+        else:
+            conflicts.append(
+                ErrorItem(
+                    path=f"/skills/{index}",
+                    message=f"{skill.skill.id}@{skill.skill.version} is already published with different content; publish a new version",
+                )
+            )
+    if conflicts:
+        raise ProblemError(409, "version_conflict", "published versions are immutable", errors=conflicts)
+    candidates: dict[tuple[str, str], CandidateRef] = {}
+    if new_skills:
+        stored = await capability_queries.version_contracts(conn, tenant, agent_id)
+        candidates = candidate_baselines(stored, new_skills)
+        existing, new = _compatibility_inputs(stored, prepared, new_skills)
+        verdict = prepared.verdict
+        if verdict is not None and verdict.existing == existing and verdict.new == new:
+            breaking = verdict.breaking
+        else:  # published versions changed since `check_compatibility_ahead` (or it did not run)
+            breaking = await bounded(
+                incompatibilities, existing, new, what="comparing the new versions with the published ones"
+            )
+        if breaking:
+            raise ProblemError(
+                409,
+                "incompatible_change",
+                "a new minor or patch version must stay compatible with the versions before it",
+                errors=breaking,
+            )
+    rows = []
+    for skill in new_skills:
+        row = _version_row(tenant, agent_id, skill)
+        candidate = candidates.get((skill.skill.id, skill.skill.version))
+        row["status"] = "candidate" if candidate else "active"
+        row["baseline"] = candidate.baseline if candidate else None
+        rows.append(row)
+    await capability_queries.insert_versions(conn, rows)
+    for skill in new_skills:
+        ref = capability_ref(tenant, agent_id, skill.skill.id, skill.skill.version)
+        published_event = event("version.published", ref, sorted(set(skill.skill.scopes)))
+        if (skill.skill.id, skill.skill.version) in candidates:
+            # Not announced: the feed's readers may not see a candidate. The change still moves the
+            # sequence, so every cache (the owner's exact reads among them) is dropped.
+            scope.audit(msgspec.structs.replace(published_event, reason="candidate"))
+            scope.change(CANDIDATE_CHANGE, tenant, agent_id, ref)
+        else:
+            scope.audit(published_event)
+            scope.change("version.published", tenant, agent_id, ref)
+    if prepared.body is not None:
+        await signature_queries.record_registration(conn, tenant, agent_id, prepared.body, prepared.publisher_kid)
+    if prepared.body_hash is not None:
+        await agent_queries.set_registration_hash(conn, tenant, agent_id, prepared.body_hash)
+    published = [ref for ref in published if (ref.id, ref.version) not in candidates]
+    return RegistrationResult(
+        created=created or bool(published) or bool(candidates),
+        published=published,
+        unchanged=unchanged,
+        candidates=list(candidates.values()),
+    )

@@ -1,0 +1,1 @@
+"""Audit: the event log, the hash chain and its verifier, signed checkpoints."""

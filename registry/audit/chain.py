@@ -1,0 +1,357 @@
+"""Checking the stored audit chains and signing their heads: the I/O shell around registry.audit.verifier (hash
+links), registry.audit.merkle (the tree over chain heads) and registry.audit.checkpoints (signed roots), shared by
+`capreg audit verify|checkpoint` and the server: the operator's verification of every chain, the
+checkpoint writer and the latest checkpoint. (GET /v1/audit/chain is registry.audit.chain_checks.)
+
+Reads stream in keyset batches, so memory stays constant however long the log is. Reads stop at the
+head rows read first: every entry up to a committed head is itself committed (both are written in one
+transaction), so concurrent appends never look like a broken chain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+import msgspec
+
+from db import audit as audit_queries
+from db import checkpoints as checkpoint_queries
+from db.audit_events import GENESIS_HASH
+from registry.audit import merkle
+from registry.audit.checkpoints import (
+    CHECKPOINT_TYP,
+    Checkpoint,
+    CheckpointInvalid,
+    checkpoint_claims,
+    checkpoint_from_row,
+    verify_checkpoint,
+)
+from registry.audit.verifier import ChainBreak, ChainVerifier, EntryVerifier
+from registry.core.problems import ProblemError
+
+if TYPE_CHECKING:
+    from registry.state import Registry
+
+log = logging.getLogger("capreg.audit")
+
+
+class ChainBroken(Exception):
+    """The stored log does not verify; `breach` names the first bad entry."""
+
+    def __init__(self, breach: ChainBreak):
+        super().__init__(breach.describe())
+        self.breach = breach
+
+
+class VerifyReport(msgspec.Struct):
+    events: int  # entries checked: the old single chain's events and every tenant chain's entries
+    head_seq: int  # the old single chain's head
+    checkpoints: list[int]  # seqs of the signed checkpoints the log was checked against
+    breach: ChainBreak | None
+    chains: int = 0  # tenant chains checked
+
+
+PROGRESS_EVERY = 1000
+
+
+async def verify_stored_chain(
+    conn: asyncpg.Connection,
+    keys: Mapping[str, Any],
+    *,
+    external: list[Checkpoint] = (),
+    batch: int = 5000,
+    progress: Callable[[int, int], None] | None = None,
+) -> VerifyReport:
+    """Every chain checked from its start (operator `capreg audit verify`): the old single chain from
+    genesis to its head row, then every tenant's chain from chainSeq 1 (anchored at that head) to its
+    head row, then the latest stored checkpoint and any `external` ones (kept by a monitor).
+
+    Edits, deletions and reorderings inside a chain break a link; deletions at a chain's tail are
+    caught by its head row or a checkpoint covering more; a rewritten-and-rehashed chain by the
+    signed root (or, for checkpoints from before chains per tenant, the signed hash).
+    """
+    # Checkpoints and heads before the entries: anything written meanwhile is past what we hold them to.
+    stored = await checkpoint_queries.latest_checkpoint(conn, with_heads=True)
+    checkpoints = [checkpoint_from_row(stored)] if stored is not None else []
+    checkpoints += list(external)
+    covered = checkpoint_queries.covered_heads(stored) if stored is not None else []
+    heads = {row["chain"]: (row["chain_seq"], row["hash"]) for row in await audit_queries.chain_heads(conn)}
+    head_seq, head_hash = await audit_queries.head(conn)
+    total = head_seq + sum(chain_seq for chain_seq, _ in heads.values())
+    checked = 0
+
+    def tick(done: int) -> None:
+        if progress is not None and done % PROGRESS_EVERY == 0:
+            progress(done, total)  # (entries checked, entries in all): for a progress bar
+
+    # The old single chain, against its (frozen) head and the checkpoints signed before chains per tenant.
+    legacy = [c for c in checkpoints if c.root is None]
+    wanted = {c.seq for c in legacy}
+    seen = {0: GENESIS_HASH}
+    verifier = ChainVerifier()
+    async for record in audit_queries.iter_all(conn, batch, upto=max([head_seq, *wanted])):
+        checked += 1
+        tick(checked)
+        if verifier.feed(record) is not None:
+            return VerifyReport(checked - 1, head_seq, [c.seq for c in checkpoints], verifier.broken)
+        if record.seq in wanted:
+            seen[record.seq] = record.hash
+
+    def report(breach: ChainBreak | None) -> VerifyReport:
+        return VerifyReport(checked, head_seq, [c.seq for c in checkpoints], breach, chains=len(heads))
+
+    end = verifier.last_seq
+    if end < head_seq:
+        return report(
+            ChainBreak(
+                end + 1, f"the log ends at seq {end} but its head row says {head_seq} (events deleted at the tail)"
+            )
+        )
+    if end > head_seq or verifier.last_hash != head_hash:
+        return report(
+            ChainBreak(head_seq, f"the head row (seq {head_seq}) does not match the log's last event (seq {end})")
+        )
+    for checkpoint in checkpoints:
+        try:
+            verify_checkpoint(checkpoint, keys)
+        except CheckpointInvalid as exc:
+            return report(
+                ChainBreak(checkpoint.seq, f"the checkpoint for seq {checkpoint.seq} is not validly signed: {exc}")
+            )
+    for checkpoint in legacy:
+        if checkpoint.seq > end:
+            return report(
+                ChainBreak(
+                    end + 1,
+                    f"the log ends at seq {end} but a checkpoint signed at {checkpoint.at} covers seq {checkpoint.seq} "
+                    "(events deleted at the tail)",
+                )
+            )
+        if seen.get(checkpoint.seq) != checkpoint.hash:
+            return report(
+                ChainBreak(
+                    checkpoint.seq,
+                    f"the hash at seq {checkpoint.seq} differs from the checkpoint signed at {checkpoint.at} "
+                    "(the log was rewritten at or before this seq)",
+                )
+            )
+
+    # Every tenant's chain, from chainSeq 1, each against its head row and the heads of the signed
+    # checkpoints: the latest stored one, and the stored one behind each external root.
+    signed = [covered] if stored is not None and stored["root"] is not None else []
+    rooted = [(stored["root"], stored["chains"], stored["seq"])] if signed else []
+    for checkpoint in checkpoints:
+        if checkpoint.root is None or (rooted and checkpoint.root == rooted[0][0]):
+            continue
+        row = await checkpoint_queries.checkpoint_with_root(conn, checkpoint.root)
+        if row is None:
+            return report(
+                ChainBreak(
+                    checkpoint.seq,
+                    f"the checkpoint signed at {checkpoint.at} is no longer stored "
+                    "(its heads cannot be checked: the checkpoints were rewritten)",
+                )
+            )
+        signed.append(checkpoint_queries.covered_heads(row))
+        rooted.append((checkpoint.root, checkpoint.chains, checkpoint.seq))
+    for heads_signed, (root, size, seq) in zip(signed, rooted, strict=False):
+        if merkle.heads_root(heads_signed).hex() != root or len(heads_signed) != size:
+            return report(ChainBreak(seq, "the heads stored with a checkpoint do not give its signed root"))
+    wanted_heads: dict[str, set[tuple[int, str]]] = {}
+    for heads_signed in signed:
+        for chain, chain_seq, digest in heads_signed:
+            wanted_heads.setdefault(chain, set()).add((chain_seq, digest))
+    signed_heads = wanted_heads
+    for chain in signed_heads.keys() - heads.keys():
+        return report(ChainBreak(None, "the chain's head row is missing (entries deleted)", chain=chain, chain_seq=1))
+    for chain in sorted(heads, key=str.encode):
+        upto, head_digest = heads[chain]
+        entries = EntryVerifier(chain, start_hash=head_hash)
+        async for records in audit_queries.chain_batches(conn, chain, upto=upto, batch=batch):
+            breach = entries.feed_all(records)
+            checked += len(records)
+            tick(checked)
+            if breach is not None:
+                return report(breach)
+        last = entries.last_chain_seq
+        if last < upto:
+            return report(
+                ChainBreak(
+                    None,
+                    f"the chain ends at chainSeq {last} but its head row says {upto} (entries deleted at the tail)",
+                    chain=chain,
+                    chain_seq=last + 1,
+                )
+            )
+        if entries.last_hash != head_digest:
+            return report(
+                ChainBreak(
+                    entries.last_seq, "the head row does not match the chain's last entry", chain=chain, chain_seq=upto
+                )
+            )
+        for signed_seq, signed_digest in sorted(signed_heads.get(chain, ())):
+            if signed_seq > upto:
+                return report(
+                    ChainBreak(
+                        None,
+                        f"the chain ends at chainSeq {upto} but a signed checkpoint covers "
+                        f"chainSeq {signed_seq} (entries deleted at the tail)",
+                        chain=chain,
+                        chain_seq=upto + 1,
+                    )
+                )
+            digest = await audit_queries.entry_hash_at(conn, chain, signed_seq)
+            if digest != signed_digest:
+                return report(
+                    ChainBreak(
+                        None,
+                        f"the hash at chainSeq {signed_seq} differs from a signed checkpoint "
+                        "(the chain was rewritten at or before it)",
+                        chain=chain,
+                        chain_seq=signed_seq,
+                    )
+                )
+    return report(None)
+
+
+async def make_checkpoint(conn: asyncpg.Connection, keyring, issuer: str) -> Checkpoint:
+    """Sign the Merkle root over every chain head, after checking each chain's entries written since
+    the previous checkpoint (only those: the cost follows what is new, not the log's length).
+
+    Writers take turns (an advisory lock), so a later checkpoint never covers less than an earlier one.
+    Nothing new is written when the latest checkpoint already has this root and the current key.
+    Raises ChainBroken (and signs nothing) when a chain does not extend the previous checkpoint.
+    """
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", checkpoint_queries.CHECKPOINT_LOCK)
+        latest = await checkpoint_queries.latest_checkpoint(conn, with_heads=True)
+        heads = [
+            (row["chain"], row["chain_seq"], row["hash"], row["seq"]) for row in await audit_queries.chain_heads(conn)
+        ]
+        tree = [(chain, chain_seq, digest) for chain, chain_seq, digest, _ in heads]
+        root = merkle.heads_root(tree).hex()
+        if latest is not None and latest["root"] == root and latest["kid"] == keyring.signing_kid:
+            return checkpoint_from_row(latest)
+        anchor_seq, anchor = await audit_queries.head(conn)
+        before = {
+            chain: (chain_seq, digest)
+            for chain, chain_seq, digest in (checkpoint_queries.covered_heads(latest) if latest is not None else [])
+        }
+        for chain in before:
+            if chain not in {h[0] for h in heads}:
+                raise ChainBroken(ChainBreak(None, "the chain's head row is missing", chain=chain, chain_seq=1))
+        for chain, chain_seq, digest, _ in heads:
+            start_seq, start_hash = before.get(chain, (0, anchor))
+            if start_seq > chain_seq or (
+                start_seq > 0 and await audit_queries.entry_hash_at(conn, chain, start_seq) != start_hash
+            ):
+                raise ChainBroken(
+                    ChainBreak(
+                        None,
+                        "the chain no longer contains the last signed checkpoint's head",
+                        chain=chain,
+                        chain_seq=start_seq,
+                    )
+                )
+            if start_seq == chain_seq:
+                continue
+            entries = EntryVerifier(chain, start_chain_seq=start_seq + 1, start_hash=start_hash)
+            async for records in audit_queries.chain_batches(conn, chain, after=start_seq, upto=chain_seq):
+                if entries.feed_all(records) is not None:
+                    raise ChainBroken(entries.broken)
+            if (entries.last_chain_seq, entries.last_hash) != (chain_seq, digest):
+                raise ChainBroken(
+                    ChainBreak(
+                        None,
+                        "the head row does not match the chain's last entry",
+                        chain=chain,
+                        chain_seq=entries.last_chain_seq + 1,
+                    )
+                )
+        # seq and hash: the newest entry covered (the old chain's head while no tenant chain has one).
+        newest_seq, newest_hash = max(((h[3], h[2]) for h in heads), default=(anchor_seq, anchor))
+        at = datetime.now(UTC)
+        claims = checkpoint_claims(issuer=issuer, seq=newest_seq, hash=newest_hash, at=at, root=root, chains=len(tree))
+        signature = keyring.sign(claims, typ=CHECKPOINT_TYP)
+        await checkpoint_queries.insert_checkpoint(
+            conn,
+            seq=newest_seq,
+            hash=newest_hash,
+            at=at,
+            kid=keyring.signing_kid,
+            signature=signature,
+            root=root,
+            heads=tree,
+        )
+        stored = await checkpoint_queries.latest_checkpoint(conn)
+    return checkpoint_from_row(stored)
+
+
+async def latest_checkpoint(registry: Registry) -> Checkpoint:
+    """The latest stored checkpoint; when there is none yet (or only one from before chains per
+    tenant), or its key has left the JWKS, the heads signed now (503 retryable_unavailable when the
+    log does not verify)."""
+    await registry.refresh_keyring()
+    row = await checkpoint_queries.latest_checkpoint(registry.pool)
+    if row is not None and row["root"] is not None and row["kid"] in registry.keyring.public:
+        return checkpoint_from_row(row)
+    return await sign_checkpoint_now(registry)
+
+
+async def sign_checkpoint_now(registry: Registry) -> Checkpoint:
+    """The heads as they are now, signed (or the latest checkpoint, when it already covers them)."""
+    try:
+        async with registry.pool.acquire() as conn:
+            return await make_checkpoint(conn, registry.keyring, registry.settings.issuer)
+    except ChainBroken as exc:
+        raise ProblemError(
+            503, "retryable_unavailable", f"no checkpoint can be signed: {exc}", headers={"Retry-After": "60"}
+        ) from None
+
+
+def start_checkpoints(registry: Registry) -> asyncio.Task | None:
+    """The server's checkpoint writer (CAPREG_CHECKPOINT_INTERVAL seconds; 0 disables it)."""
+    interval = registry.settings.checkpoint_interval
+    if interval <= 0:
+        return None
+    return asyncio.create_task(checkpoint_periodically(registry, interval))
+
+
+async def stop_checkpoints(task: asyncio.Task | None) -> None:
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+
+
+# While no checkpoint covers an event, the writer looks this often for the first events to sign.
+FIRST_EVENTS_POLL_SECONDS = 1.0
+
+
+async def checkpoint_periodically(registry: Registry, interval: float) -> None:
+    """The server's checkpoint writer: now, as soon as there are events while none is signed yet,
+    then every `interval` seconds (every replica may run one; they converge on one row per head and
+    key). An empty log's checkpoint vouches for nothing, so the first events are not left to wait
+    for the interval."""
+    while True:
+        delay = interval
+        try:
+            await registry.refresh_keyring()
+            async with registry.pool.acquire() as conn:
+                checkpoint = await make_checkpoint(conn, registry.keyring, registry.settings.issuer)
+            if checkpoint.seq == 0:
+                delay = min(interval, FIRST_EVENTS_POLL_SECONDS)
+        except asyncio.CancelledError:
+            raise
+        except ChainBroken as exc:
+            log.error("audit checkpoint refused: %s", exc)
+        except Exception as exc:  # the database may be briefly away; try again next round
+            log.warning("audit checkpoint failed: %r", exc)
+        await asyncio.sleep(delay)

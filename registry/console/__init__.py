@@ -1,0 +1,1 @@
+"""The security console: its routes and the static files it serves."""

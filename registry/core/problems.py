@@ -1,0 +1,362 @@
+"""Errors: one exception type carrying a code of docs/api.md#error-codes, and the one place that maps every exception
+(ours, litestar's, asyncpg's) and every policy refusal (auth.policy.Refusal) to an
+`application/problem+json` response.
+
+No request ever gets a stack trace: unexpected exceptions are logged and answered with a generic 500.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import asyncpg
+import msgspec
+from litestar import Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+
+from auth.policy import Refusal
+from registry.core.json_pointer import escape_token
+from registry.core.tracing import new_trace_id, trace_id_from
+from registry.core.wire import Wire
+
+log = logging.getLogger("capreg.errors")
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+TITLES = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    410: "Gone",
+    413: "Payload Too Large",
+    415: "Unsupported Media Type",
+    422: "Unprocessable Content",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+
+class ErrorItem(Wire, omit_defaults=True):
+    """One finding: where (`path`, a JSON pointer) or, for a replay, which `fixture`, and why."""
+
+    message: str
+    path: str | None = None
+    kind: str | None = None
+    fixture: str | None = None
+
+
+class Problem(Wire, omit_defaults=True):
+    """RFC 9457 problem details with capreg's `code` and the request's `traceId`."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: str
+    trace_id: str | None = None
+    errors: list[ErrorItem] | None = None
+    missing_scopes: list[str] | None = None
+    reason: str | None = None
+
+
+class ProblemError(Exception):
+    """Raise to answer with a problem response: `code` is one of the error codes of docs/api.md#error-codes."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        detail: str,
+        *,
+        errors: list[ErrorItem] | None = None,
+        headers: dict[str, str] | None = None,
+        missing_scopes: list[str] | None = None,
+        reason: str | None = None,
+    ):
+        super().__init__(detail)
+        self.status, self.code, self.detail = status, code, detail
+        self.errors, self.headers = errors, headers or {}
+        self.missing_scopes, self.reason = missing_scopes, reason
+
+
+def invalid_request(detail: str, errors: list[ErrorItem] | None = None) -> ProblemError:
+    return ProblemError(400, "invalid_request", detail, errors=errors)
+
+
+def not_found(detail: str = "no such resource") -> ProblemError:
+    return ProblemError(404, "not_found", detail)
+
+
+def invalid_token(detail: str) -> ProblemError:
+    return ProblemError(
+        401,
+        "invalid_token",
+        detail,
+        headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+    )
+
+
+# The HTTP status of each refusal code of auth.policy (docs/api.md#error-codes); the only place it is said.
+REFUSAL_STATUS = {
+    "not_found": 404,
+    "retired": 410,
+    "insufficient_scope": 403,
+    "tenant_mismatch": 403,
+    "data_location_denied": 403,
+    "delegation_denied": 403,
+}
+
+
+def refused(refusal: Refusal) -> ProblemError:
+    """The problem for a policy refusal. `insufficient_scope` always carries `WWW-Authenticate` naming
+    the missing scopes (RFC 6750), whichever decision refused."""
+    headers = None
+    if refusal.code == "insufficient_scope":
+        headers = {"WWW-Authenticate": f'Bearer error="insufficient_scope", scope="{" ".join(refusal.missing_scopes)}"'}
+    return ProblemError(
+        REFUSAL_STATUS[refusal.code],
+        refusal.code,
+        refusal.message,
+        headers=headers,
+        missing_scopes=list(refusal.missing_scopes) or None,
+        reason=refusal.reason,
+    )
+
+
+_KEY_PART = re.compile(r"\[(\d+)\]|\.?([^.\[\]]+)")
+
+
+def json_pointer(key: str) -> str:
+    """litestar/msgspec key paths (`skills[0].id`, `$.a.b`) as JSON pointers (`/skills/0/id`)."""
+    key = key.removeprefix("$")
+    parts = [index or name for index, name in _KEY_PART.findall(key)]
+    return "".join("/" + escape_token(p) for p in parts)
+
+
+def decode_error_item(exc: msgspec.ValidationError | msgspec.DecodeError) -> ErrorItem:
+    """msgspec's 'Expected `int`, got `str` - at `$.skills[0].id`' as a {path, message} item."""
+    message = str(exc)
+    message, _, where = message.partition(" - at `")
+    path = json_pointer(where.rstrip("`")) if where else ""
+    if field := FIELD_REFUSAL.match(message):  # a Struct's own check of one field (registry.core.date_times)
+        return ErrorItem(path=f"{path}/{field[1]}", message=field[2])
+    return ErrorItem(path=path, message=message)
+
+
+# How a Struct's __post_init__ names the field it refuses: msgspec only knows the Struct's pointer.
+FIELD_REFUSAL = re.compile(r"^field `([A-Za-z0-9_]+)`: (.*)$", re.S)
+
+
+def _trace_id(request: Request) -> str:
+    # Unmatched routes fail before app middleware runs, so fall back to the header itself.
+    state = request.scope.get("state", {})
+    if "trace_id" not in state:
+        state["trace_id"] = trace_id_from(request.headers.get("traceparent")) or new_trace_id()
+    return state["trace_id"]
+
+
+def problem_of(error: ProblemError, trace_id: str | None) -> Problem:
+    """The problem body of an error: HTTP answers carry it, and so do MCP tool refusals."""
+    return Problem(
+        type=f"https://capreg.dev/problems/{error.code}",
+        title=TITLES.get(error.status, "Error"),
+        status=error.status,
+        detail=error.detail,
+        code=error.code,
+        trace_id=trace_id,
+        errors=error.errors,
+        missing_scopes=error.missing_scopes,
+        reason=error.reason,
+    )
+
+
+# ARD (docs/api.md#ard) answers errors on /ard/* in its own envelope and codes (ARD Appendix B);
+# statuses ARD does not name keep their status under the nearest code.
+ARD_ERROR_CODES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "INVALID_ARGUMENT",
+    409: "INVALID_ARGUMENT",
+    413: "INVALID_ARGUMENT",
+    415: "INVALID_ARGUMENT",
+    429: "RATE_LIMIT_EXCEEDED",
+    500: "INTERNAL_ERROR",
+    501: "UNIMPLEMENTED",
+    503: "UNAVAILABLE",
+}
+
+
+class ArdError(msgspec.Struct):
+    """ARD's `Error`: `{"errorCode", "message"}`."""
+
+    errorCode: str
+    message: str
+
+
+def is_ard_path(path: str) -> bool:
+    return path == "/ard" or path.startswith("/ard/")
+
+
+def ard_error_body(error: ProblemError) -> bytes:
+    code = ARD_ERROR_CODES.get(error.status, "INTERNAL_ERROR" if error.status >= 500 else "INVALID_ARGUMENT")
+    message = error.detail
+    details = [f"{item.path or '/'}: {item.message}" for item in (error.errors or [])[:5] if item.message != message]
+    if details:
+        message += " (" + "; ".join(details) + ")"
+    return msgspec.json.encode(ArdError(errorCode=code, message=message))
+
+
+def problem_response(request: Request, error: ProblemError) -> Response:
+    if is_ard_path(request.scope.get("path", "")):
+        trace_id = _trace_id(request)
+        return Response(
+            content=ard_error_body(error),
+            status_code=error.status,
+            media_type="application/json",
+            headers={**error.headers, "X-Trace-Id": trace_id},
+        )
+    problem = problem_of(error, _trace_id(request))
+    return Response(
+        content=msgspec.json.encode(problem),
+        status_code=error.status,
+        media_type=PROBLEM_MEDIA_TYPE,
+        headers={**error.headers, "X-Trace-Id": problem.trace_id},
+    )
+
+
+async def send_problem(scope, send, error: ProblemError) -> None:
+    """Answer from ASGI middleware (before routing) with the same problem shape handlers use."""
+    state = scope.setdefault("state", {})
+    trace_id = state.get("trace_id") or new_trace_id()
+    if is_ard_path(scope.get("path", "")):
+        body, media_type = ard_error_body(error), "application/json"
+    else:
+        body, media_type = (
+            msgspec.json.encode(
+                Problem(
+                    type=f"https://capreg.dev/problems/{error.code}",
+                    title=TITLES.get(error.status, "Error"),
+                    status=error.status,
+                    detail=error.detail,
+                    code=error.code,
+                    trace_id=trace_id,
+                    errors=error.errors,
+                    missing_scopes=error.missing_scopes,
+                    reason=error.reason,
+                )
+            ),
+            PROBLEM_MEDIA_TYPE,
+        )
+    headers = [
+        (b"content-type", media_type.encode()),
+        (b"content-length", str(len(body)).encode()),
+        (b"x-trace-id", trace_id.encode()),
+    ]
+    headers += [(name.lower().encode(), value.encode()) for name, value in error.headers.items()]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _from_http_exception(exc: HTTPException) -> ProblemError:
+    status = exc.status_code
+    if isinstance(exc, ValidationException) or (status == 400):
+        errors = []
+        for item in exc.extra if isinstance(exc.extra, list) else []:
+            if isinstance(item, dict):
+                source = getattr(item.get("source"), "value", item.get("source"))
+                key = str(item.get("key", ""))
+                # Body errors are JSON pointers into the body; parameter errors name the parameter.
+                path = json_pointer(key) if source in (None, "body") else key
+                errors.append(ErrorItem(path=path, message=str(item.get("message", ""))))
+        detail = (
+            "request body is not valid JSON"
+            if "truncated" in str(exc.detail) or "malformed" in str(exc.detail).lower()
+            else "the request is invalid"
+        )
+        return invalid_request(
+            detail if not errors else "the request does not match the expected shape", errors or None
+        )
+    if status == 401:
+        return invalid_token(str(exc.detail))
+    if status == 404:
+        return not_found()
+    if status == 405:
+        return ProblemError(405, "invalid_request", "method not allowed on this path", headers=exc.headers)
+    if status == 413:
+        return ProblemError(413, "payload_too_large", "request body exceeds CAPREG_MAX_BODY")
+    if status == 415:
+        return ProblemError(415, "invalid_request", "unsupported media type")
+    if status == 429:
+        return ProblemError(
+            429, "rate_limited", "too many requests", headers={"Retry-After": "1", **(exc.headers or {})}
+        )
+    if status == 503:
+        return ProblemError(503, "retryable_unavailable", "service unavailable", headers={"Retry-After": "1"})
+    return ProblemError(status, "invalid_request" if status < 500 else "internal_error", str(exc.detail))
+
+
+_UNAVAILABLE = (
+    asyncpg.CannotConnectNowError,
+    asyncpg.ConnectionDoesNotExistError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.InterfaceError,
+    ConnectionError,
+    OSError,
+    TimeoutError,
+)
+
+
+def handle_exception(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, ProblemError):
+        return problem_response(request, exc)
+    if isinstance(exc, HTTPException):
+        return problem_response(request, _from_http_exception(exc))
+    if isinstance(exc, asyncpg.exceptions.DataError):
+        # SQLSTATE class 22: a value PostgreSQL cannot hold (a NUL in text, an out-of-range number).
+        return problem_response(
+            request, invalid_request(f"a request value is not acceptable: {exc.__class__.__name__}")
+        )
+    if isinstance(exc, RecursionError):
+        # msgspec gives up on JSON nested deeper than the interpreter's recursion limit.
+        return problem_response(request, invalid_request("request body nests too deeply"))
+    if isinstance(exc, _UNAVAILABLE) or isinstance(exc, asyncpg.exceptions.PostgresConnectionError):
+        log.warning("database unavailable: %r", exc)
+        return problem_response(
+            request,
+            ProblemError(
+                503, "retryable_unavailable", "the database is unreachable; retry shortly", headers={"Retry-After": "2"}
+            ),
+        )
+    if isinstance(exc, asyncpg.exceptions.QueryCanceledError):
+        return problem_response(
+            request,
+            ProblemError(
+                503, "retryable_unavailable", "the query timed out; retry shortly", headers={"Retry-After": "1"}
+            ),
+        )
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return problem_response(request, ProblemError(500, "internal_error", "internal error"))
+
+
+def problem_responses(*statuses: int) -> dict[int, Any]:
+    """OpenAPI response specs documenting the problem shape for the given statuses.
+
+    400 (a malformed parameter), 429 (rate limited, when CAPREG_RATE_LIMIT is set) and 503 (database
+    unreachable) can answer any API call.
+    """
+    from litestar.openapi.datastructures import ResponseSpec
+
+    return {
+        status: ResponseSpec(
+            data_container=Problem, media_type=PROBLEM_MEDIA_TYPE, description=TITLES.get(status, "Error")
+        )
+        for status in sorted({400, 429, 503, *statuses})
+    }

@@ -1,0 +1,1 @@
+"""Discovery: public capability views, filters, pages, ETags, and the change feed."""

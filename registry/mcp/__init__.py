@@ -1,0 +1,1 @@
+"""MCP: the `/mcp` endpoint, its tools, and the stdio bridge."""

@@ -1,0 +1,70 @@
+"""HTTP: `/mcp`, the Model Context Protocol endpoint (Streamable HTTP; the protocol and tools are in
+registry.mcp.server).
+
+The caller is authenticated here exactly as on every other endpoint: no Authorization header is an
+anonymous caller, a token that fails is 401 problem+json with WWW-Authenticate (before any JSON-RPC
+is read), and the body limit, rate limits and trace ids are the app's. A stateless server offers no
+SSE stream and no session to delete: GET and DELETE are 405.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import urlsplit
+
+import msgspec
+from litestar import Request, Response, post
+
+from registry.mcp.server import handle
+from registry.state import registry_of, trace_id_of
+from registry.web.authentication import optional_caller
+
+_JSON = "application/json"
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
+def _origin_allowed(origin: str, public_url: str | None, request_url: str) -> bool:
+    """A browser's Origin may only be the registry's own. With CAPREG_PUBLIC_URL that is the one
+    origin; without it, the Host header names the origin, which a DNS-rebinding page controls, so it
+    is believed only for loopback and IP-literal hosts (which no rebinding can rename)."""
+    if public_url:
+        return origin.lower() == _origin(public_url)
+    if origin.lower() != _origin(request_url):
+        return False
+    host = (urlsplit(request_url).hostname or "").strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+@post("/mcp", include_in_schema=False, status_code=200)
+async def mcp_endpoint(request: Request) -> Response:
+    registry = registry_of(request)
+    # Browsers send Origin: a page of another site must not reach the registry through a browser
+    # (DNS rebinding), as the transport specification requires.
+    origin = request.headers.get("origin")
+    if origin is not None and not _origin_allowed(origin, registry.settings.public_url, str(request.base_url)):
+        body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Origin not allowed"}}
+        return Response(msgspec.json.encode(body), status_code=403, media_type=_JSON)
+    caller = await optional_caller(request)
+    exchange = await handle(
+        registry,
+        caller,
+        await request.body(),
+        protocol_version=request.headers.get("mcp-protocol-version"),
+        trace_id=trace_id_of(request),
+    )
+    if exchange.body is None:
+        return Response(b"", status_code=exchange.status)
+    return Response(msgspec.json.encode(exchange.body), status_code=exchange.status, media_type=_JSON)
+
+
+ROUTES = [mcp_endpoint]

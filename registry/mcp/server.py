@@ -1,0 +1,715 @@
+"""The MCP server behind `/mcp`: JSON-RPC 2.0 messages of the Model Context Protocol (Streamable
+HTTP transport, revisions 2025-03-26 to 2025-11-25), and the five tools LLM routers use to find
+capabilities, read their schemas and obtain delegation tickets, and `find_capability` (offers).
+
+Stateless: no `Mcp-Session-Id` is issued and nothing is kept between requests, so any replica
+answers any request. Every request is answered with one JSON body (no SSE streams; GET is 405).
+
+The tools call the services the HTTP API calls (registry.discovery.service.discovery_page,
+registry.offers.service.make_offers, registry.release.service.release, registry.tickets.service.request_ticket), for the caller the HTTP
+request authenticated; a refusal is a tool result with `isError: true` whose structured content is
+the problem body the HTTP API would have answered. Malformed JSON-RPC is a JSON-RPC error; a call
+of an unknown tool is an `invalid params` error; arguments that do not fit a tool's input schema are
+a tool result with `isError: true` (MCP 2025-11-25: so the model can correct itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Literal
+
+import asyncpg
+import msgspec
+
+from auth.policy import check_scope
+from auth.principal import Caller
+from registry.core.problems import (
+    ErrorItem,
+    ProblemError,
+    decode_error_item,
+    invalid_request,
+    invalid_token,
+    problem_of,
+    refused,
+)
+from registry.core.records import SideEffect
+from registry.core.refusals import REFUSED, refuse
+from registry.core.wire import Wire
+from registry.discovery.service import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    QUERY_MAX_LENGTH,
+    REGION_MAX_LENGTH,
+    VERSION_REQUEST_MAX_LENGTH,
+    DiscoveryQuery,
+    discovery_page,
+    parse_capability_ref,
+    viewer_tenant,
+)
+from registry.offers import service as offer_service
+from registry.release import service as release
+from registry.state import Registry
+from registry.tickets.service import DENIED as TICKET_DENIED
+from registry.tickets.service import (
+    IDEMPOTENCY_KEY_MAX_LENGTH,
+    OnBehalfOf,
+    RequestedResources,
+    RequestedScopes,
+    TicketRequestBody,
+    request_ticket,
+)
+
+# Newest first. Streamable HTTP exists since 2025-03-26; a client asking for another revision is
+# offered the newest (the client decides whether to go on).
+PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
+# What a request without an MCP-Protocol-Version header is taken to speak (the transport spec's rule).
+ASSUMED_PROTOCOL_VERSION = "2025-03-26"
+SERVER_VERSION = "1.0.0"
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+
+REF_MAX_LENGTH = 64 + 1 + 64 + 1 + 128 + 1 + VERSION_REQUEST_MAX_LENGTH
+
+INSTRUCTIONS = (
+    "capreg is a registry of capabilities (skills) offered by AI agents. Use it to find an agent that can "
+    "do a task, learn how to call it, and obtain a short-lived delegation ticket to call it with. "
+    "Quickest: find_capability (describe the need; get ranked offers you may call now, with an instance). "
+    "Typical flow: search_capabilities (public metadata, no schemas) -> get_capability (input and output "
+    "schemas, examples and endpoints; needs a token holding the capability's scopes) -> request_ticket "
+    "(a signed ticket for exactly the scopes you need) -> call the agent at one of its endpoints with the "
+    "ticket. Capabilities are named by a ref 'tenant/agentId/skillId@version', where version is exact "
+    "('2.0.0'), 'latest', or a range ('^2'). Side-effect levels, from harmless to dangerous: none (reads "
+    "only) < idempotent (writes, but repeating is harmless) < write (changes state) < destructive (deletes "
+    "or cannot be undone). A refusal comes back as a tool error whose content is a problem object with a "
+    "`code` (for example insufficient_scope, not_found, delegation_denied) explaining why."
+)
+
+
+# ---------------------------------------------------------------------------
+# Tool arguments (their JSON Schemas are what tools/list shows)
+
+Ref = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1,
+        max_length=REF_MAX_LENGTH,
+        description=(
+            "capability ref 'tenant/agentId/skillId@version' as search_capabilities returns it in `ref`; "
+            "the version may be exact ('2.0.0'), 'latest', or a range ('^2', '~2.1', '>=2,<3'); "
+            "without '@version' the latest is meant"
+        ),
+    ),
+]
+
+
+class SearchArguments(Wire, forbid_unknown_fields=True):
+    q: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                max_length=QUERY_MAX_LENGTH,
+                description="words to look for in capability ids, names, descriptions and tags",
+            ),
+        ]
+        | None
+    ) = None
+    tag: (
+        Annotated[
+            list[Annotated[str, msgspec.Meta(max_length=128)]],
+            msgspec.Meta(max_length=32, description="tags the capability must all carry"),
+        ]
+        | Annotated[str, msgspec.Meta(max_length=128)]
+        | None
+    ) = None
+    side_effect_max: (
+        Annotated[
+            SideEffect,
+            msgspec.Meta(
+                description="the most dangerous side effect you accept: none < idempotent < write < destructive",
+            ),
+        ]
+        | None
+    ) = None
+    region: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                max_length=REGION_MAX_LENGTH,
+                description="data region the capability must serve (e.g. 'eu')",
+            ),
+        ]
+        | None
+    ) = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_LIMIT, description=f"results per page, at most {MAX_LIMIT}")] = (
+        DEFAULT_LIMIT
+    )
+    cursor: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                max_length=1024,
+                description="`nextCursor` of the previous page, to read the next one",
+            ),
+        ]
+        | None
+    ) = None
+
+
+class CapabilityArguments(Wire, forbid_unknown_fields=True):
+    ref: Ref
+
+
+class ToolDefinitionArguments(Wire, forbid_unknown_fields=True):
+    ref: Ref
+    format: Annotated[
+        Literal["mcp", "openai"],
+        msgspec.Meta(
+            description="'mcp' for an MCP tool definition, 'openai' for an OpenAI function-calling tool",
+        ),
+    ] = "mcp"
+
+
+class TicketArguments(Wire, forbid_unknown_fields=True):
+    ref: Ref
+    scopes: Annotated[
+        RequestedScopes,
+        msgspec.Meta(
+            description="the capability scopes the ticket grants: only what the call needs, a subset of the "
+            "capability's `scopes` and of your token's",
+        ),
+    ]
+    ttl_seconds: (
+        Annotated[
+            int,
+            msgspec.Meta(
+                description="ticket lifetime in seconds (the registry caps it, 900 by default); 300 when omitted",
+            ),
+        ]
+        | None
+    ) = None
+    on_behalf_of: (
+        Annotated[
+            OnBehalfOf,
+            msgspec.Meta(
+                description="the end user the call is made for, when there is one",
+            ),
+        ]
+        | None
+    ) = None
+    resources: Annotated[
+        RequestedResources,
+        msgspec.Meta(
+            description="restrict the ticket to these resources (e.g. 'invoice:inv-2026-091'); omitted: all",
+        ),
+    ] = []
+    idempotency_key: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                min_length=1,
+                max_length=IDEMPOTENCY_KEY_MAX_LENGTH,
+                description="repeat a request with the same key and arguments to get the same ticket instead of a new one",
+            ),
+        ]
+        | None
+    ) = None
+
+
+class FindArguments(Wire, forbid_unknown_fields=True):
+    need: Annotated[
+        str,
+        msgspec.Meta(
+            min_length=1,
+            max_length=QUERY_MAX_LENGTH,
+            description="what you need done, in plain words (e.g. 'look up an unpaid invoice'); typos and word forms are fine",
+        ),
+    ]
+    region: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                max_length=REGION_MAX_LENGTH,
+                description="the data region the work must stay in (e.g. 'eu'), if any",
+            ),
+        ]
+        | None
+    ) = None
+    side_effect_max: (
+        Annotated[
+            SideEffect,
+            msgspec.Meta(
+                description="the most dangerous side effect you accept: none < idempotent < write < destructive",
+            ),
+        ]
+        | None
+    ) = None
+    limit: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            le=offer_service.MAX_LIMIT,
+            description=f"offers to return, best first (1 to {offer_service.MAX_LIMIT})",
+        ),
+    ] = offer_service.DEFAULT_LIMIT
+
+
+# ---------------------------------------------------------------------------
+# Tools
+
+
+class Call(msgspec.Struct, frozen=True):
+    """One tools/call: who calls, with which trace id."""
+
+    registry: Registry
+    caller: Caller | None
+    trace_id: str | None
+
+
+class ToolResult(msgspec.Struct, frozen=True):
+    body: dict[str, Any]
+    note: str | None = None
+
+
+def _authenticated(call: Call) -> Caller:
+    assert call.caller is not None  # call_tool refuses anonymous calls of tools that need a caller
+    return call.caller
+
+
+async def search_capabilities(call: Call, args: SearchArguments) -> ToolResult:
+    tags = (args.tag,) if isinstance(args.tag, str) else tuple(args.tag) if args.tag else None
+    query = DiscoveryQuery(
+        q=args.q,
+        tags=tags,
+        side_effect_max=args.side_effect_max,
+        region=args.region,
+        limit=args.limit,
+        cursor=args.cursor,
+    )
+    entry = await discovery_page(call.registry, viewer_tenant(call.caller), query)
+    return ToolResult(msgspec.json.decode(entry.body))
+
+
+async def _release(call: Call, ref: str) -> release.Released:
+    caller = _authenticated(call)
+    parts = parse_capability_ref(ref)
+    return await release.release(
+        call.registry,
+        caller,
+        tenant=parts.tenant,
+        agent_id=parts.agent_id,
+        skill_id=parts.skill_id,
+        version=parts.version,
+        trace_id=call.trace_id,
+    )
+
+
+async def get_capability(call: Call, args: CapabilityArguments) -> ToolResult:
+    released = await _release(call, args.ref)
+    return ToolResult(msgspec.to_builtins(release.detail_of(released)))
+
+
+async def get_tool_definition(call: Call, args: ToolDefinitionArguments) -> ToolResult:
+    released = await _release(call, args.ref)
+    return ToolResult(release.tool_definition(released, args.format))
+
+
+async def request_ticket_tool(call: Call, args: TicketArguments) -> ToolResult:
+    caller = _authenticated(call)
+    try:
+        parts = parse_capability_ref(args.ref)
+        body = msgspec.convert(
+            {
+                "audience": f"{parts.tenant}/{parts.agent_id}",
+                "skill": parts.skill_id,
+                "version": parts.version,
+                "scopes": args.scopes,
+                "resources": args.resources,
+                "onBehalfOf": args.on_behalf_of,
+                "ttlSeconds": args.ttl_seconds,
+            },
+            TicketRequestBody,
+        )
+    except msgspec.ValidationError as exc:
+        error = invalid_request("the ticket request is malformed", [decode_error_item(exc)])
+        raise await refuse(
+            call.registry, caller, error, event_type=TICKET_DENIED, tenant=None, trace_id=call.trace_id
+        ) from None
+    except ProblemError as error:
+        raise await refuse(
+            call.registry, caller, error, event_type=TICKET_DENIED, tenant=None, trace_id=call.trace_id
+        ) from None
+    answer = await request_ticket(
+        call.registry, caller, body, idempotency_key=args.idempotency_key, trace_id=call.trace_id
+    )
+    if answer.body.get("status") == "pending":
+        approval_id = answer.body.get("approvalId")
+        return ToolResult(
+            answer.body,
+            note=(
+                f"Approval pending (approvalId {approval_id}): this capability requires approval. An admin of the "
+                f"capability's tenant must approve it; then fetch GET /v1/approvals/{approval_id} with the same "
+                "token to collect the ticket. No ticket was issued yet."
+            ),
+        )
+    return ToolResult(answer.body)
+
+
+async def find_capability(call: Call, args: FindArguments) -> ToolResult:
+    caller = _authenticated(call)
+    body = offer_service.OfferRequest(
+        need=args.need, region=args.region, side_effect_max=args.side_effect_max, limit=args.limit
+    )
+    try:
+        if (refusal := check_scope(caller, "registry:read")) is not None:
+            raise refused(refusal)
+        answer = await offer_service.make_offers(call.registry, caller, body, trace_id=call.trace_id)
+    except ProblemError as error:  # as POST /v1/offers: the caller's refusal, `request.refused`
+        raise await refuse(
+            call.registry,
+            caller,
+            error,
+            event_type=REFUSED,
+            tenant=None,
+            ref="POST /mcp find_capability",
+            trace_id=call.trace_id,
+        ) from None
+    note = (
+        None
+        if answer.offers
+        else (
+            "No capability can be offered to you now. `excluded` counts those you can see but were left out: "
+            "scope (your token lacks a scope they need), region (their data regions do not meet yours or the "
+            "region asked for), unhealthy (no live instance)."
+        )
+    )
+    return ToolResult(msgspec.to_builtins(answer), note=note)
+
+
+class Tool(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    title: str
+    description: str
+    arguments: type
+    run: Callable[[Call, Any], Awaitable[ToolResult]]
+    annotations: dict[str, bool]
+    # Needs a bearer token: anonymous calls are refused (401) before the arguments are read, as on HTTP.
+    authenticated: bool = True
+    # Arguments that do not fit are audited as this event type, as a malformed body of the HTTP twin is.
+    malformed_event: str | None = None
+
+
+TOOLS = {
+    tool.name: tool
+    for tool in (
+        Tool(
+            name="find_capability",
+            title="Find the capability to call now",
+            description=(
+                "Start here when you need an agent to do something. Describe the task in words (`need`); the "
+                "registry answers, best first, the capabilities you may call right now: ones whose scopes your "
+                "token holds, whose data regions your token's `regions` allow (and `region`, if you give it), "
+                "whose agent has a live instance. Each offer names the capability (`ref`, `agent`, `id`, "
+                "`version`, `name`), its `sideEffect` (none < idempotent < write < destructive) and "
+                "`requiresApproval`, the least-loaded live `instance` to call (instanceId, url, load), a `score` "
+                "in [0, 1] and `why` (relevance to your words, risk, load, slo; each in [0, 1], higher is "
+                "better). Prefer the first offer unless its side effect is more than the task needs; pass "
+                "sideEffectMax 'none' for read-only work. `excluded` counts capabilities you can see that were "
+                "left out, by reason: scope, region, unhealthy. Next: get_capability for the chosen ref's "
+                "input schema, then request_ticket. Needs a bearer token with registry:read; each offer is audited."
+            ),
+            arguments=FindArguments,
+            run=find_capability,
+            annotations={"readOnlyHint": True, "openWorldHint": False},
+            malformed_event=REFUSED,
+        ),
+        Tool(
+            name="search_capabilities",
+            title="Search capabilities",
+            description=(
+                "Find capabilities (skills of registered AI agents) by words, tags, data region and the most "
+                "dangerous side effect you accept. Returns public metadata only: ref, name, description, tags, "
+                "required scopes, sideEffect, requiresApproval, dataRegions, status and health; never input or "
+                "output schemas or endpoints. Side-effect levels, from harmless to dangerous: none < idempotent < "
+                "write < destructive (none: only reads; idempotent: writes, repeating is harmless; write: changes "
+                "state; destructive: deletes or cannot be undone); sideEffectMax 'none' finds read-only "
+                "capabilities. Works without a token "
+                "(public capabilities); a token with registry:read adds your tenant's and shared ones. Page "
+                "with `cursor` = the previous result's `nextCursor` (null: no more). To call a capability, get "
+                "its schemas with get_capability: they come only from there."
+            ),
+            arguments=SearchArguments,
+            run=search_capabilities,
+            annotations={"readOnlyHint": True, "openWorldHint": False},
+            authenticated=False,
+        ),
+        Tool(
+            name="get_capability",
+            title="Get a capability's schemas and endpoints",
+            description=(
+                "The full detail of one capability version: inputSchema (the arguments it takes), outputSchema, "
+                "examples and endpoints (the agent's interfaces and live instances), with its public fields. "
+                "This is the only place schemas come from. Needs a bearer token that holds every scope in the "
+                "capability's `scopes` and, when it declares dataRegions, a `regions` claim including one of "
+                "them; otherwise the result is an error with code not_found, retired, insufficient_scope (with "
+                "missingScopes) or data_location_denied. Every release and refusal is audited."
+            ),
+            arguments=CapabilityArguments,
+            run=get_capability,
+            annotations={"readOnlyHint": True, "openWorldHint": False},
+        ),
+        Tool(
+            name="get_tool_definition",
+            title="Get a capability as a tool definition",
+            description=(
+                "The capability as a ready-made tool definition to give a model: format 'mcp' (an MCP tool: "
+                "name, description, inputSchema, annotations derived from its side effect) or 'openai' (a "
+                "function-calling tool). Same token requirements and audit as get_capability."
+            ),
+            arguments=ToolDefinitionArguments,
+            run=get_tool_definition,
+            annotations={"readOnlyHint": True, "openWorldHint": False},
+        ),
+        Tool(
+            name="request_ticket",
+            title="Request a delegation ticket",
+            description=(
+                "Obtain a signed, short-lived delegation ticket (a JWT) that lets you call the capability's agent "
+                "with the given scopes, to send to it as its bearer token. Ask only for the scopes the call needs: "
+                "they must be among the capability's `scopes` and your token's, otherwise the result is an error "
+                "with code delegation_denied (reason scope_escalation). Returns {ticket, jti, expiresAt, scopes, "
+                "resources, ref, depth, maxDepth}. For capabilities with requiresApproval (destructive ones by "
+                "default) no ticket is issued yet: the result says the approval is pending and gives its "
+                "approvalId. Needs a bearer token. Every grant and refusal is audited."
+            ),
+            arguments=TicketArguments,
+            run=request_ticket_tool,
+            annotations={
+                "readOnlyHint": False,
+                "destructiveHint": False,
+                "idempotentHint": False,
+                "openWorldHint": False,
+            },
+            malformed_event="ticket.denied",
+        ),
+    )
+}
+
+
+def _input_schema(arguments: type) -> dict[str, Any]:
+    """The JSON Schema of a tool's arguments, the Struct's own definition at the top level."""
+    schema = msgspec.json.schema(arguments)
+    defs = schema.pop("$defs", {})
+    top = defs.pop(arguments.__name__)
+    top.pop("title", None)
+    for prop in top["properties"].values():
+        # msgspec puts an optional field's description inside its anyOf; models read it at the top.
+        for alternative in prop.get("anyOf", ()):
+            if "description" in alternative:
+                prop.setdefault("description", alternative.pop("description"))
+    if defs:
+        top["$defs"] = defs
+    top["additionalProperties"] = False
+    return top
+
+
+TOOL_LIST = [
+    {
+        "name": t.name,
+        "title": t.title,
+        "description": t.description,
+        "inputSchema": _input_schema(t.arguments),
+        "annotations": t.annotations,
+    }
+    for t in TOOLS.values()
+]
+
+
+def _tool_result(body: dict[str, Any], *, is_error: bool, note: str | None = None) -> dict[str, Any]:
+    # Structured content for programs, the same JSON as text for clients that only show text.
+    content = [{"type": "text", "text": msgspec.json.encode(body).decode()}]
+    if note:
+        content.insert(0, {"type": "text", "text": note})
+    return {"content": content, "structuredContent": body, "isError": is_error}
+
+
+def _has_nul(value: Any) -> bool:
+    """Whether a NUL character occurs in any string of a decoded JSON value (PostgreSQL text cannot
+    hold one): iterative, so any depth the decoder accepted is fine."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+async def call_tool(call: Call, tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
+    """Run a tool; refusals and unfit arguments become `isError` results carrying the problem body."""
+    try:
+        if tool.authenticated and call.caller is None:
+            call.registry.auth_failures["missing"] += 1  # counted like a 401 of the JSON API, not audited
+            raise invalid_token(
+                "this tool needs a bearer token: send 'Authorization: Bearer <token>' on the MCP requests"
+            )
+        try:
+            if _has_nul(arguments):
+                error = invalid_request(
+                    "arguments must not contain NUL characters", [ErrorItem(path="", message="NUL character")]
+                )
+                if call.caller is not None:  # as on the JSON API: `request.refused`, never the tool's own event
+                    await refuse(
+                        call.registry,
+                        call.caller,
+                        error,
+                        event_type=REFUSED,
+                        tenant=None,
+                        ref=f"POST /mcp {tool.name}",
+                        reason="invalid_request: NUL",
+                        trace_id=call.trace_id,
+                    )
+                raise error
+            try:
+                args = msgspec.convert(arguments, tool.arguments)
+            except msgspec.ValidationError as exc:
+                raise invalid_request(
+                    f"the arguments do not fit {tool.name}'s input schema", [decode_error_item(exc)]
+                ) from None
+        except ProblemError as error:
+            if tool.malformed_event is not None and call.caller is not None:
+                raise await refuse(
+                    call.registry,
+                    call.caller,
+                    error,
+                    event_type=tool.malformed_event,
+                    tenant=None,
+                    trace_id=call.trace_id,
+                ) from None
+            raise
+        result = await tool.run(call, args)
+    except ProblemError as error:
+        return _tool_result(msgspec.to_builtins(problem_of(error, call.trace_id)), is_error=True)
+    except asyncpg.DataError as exc:
+        # A value PostgreSQL cannot hold that no check above caught: still the caller's own 400.
+        error = invalid_request(f"an argument value is not acceptable: {exc.__class__.__name__}")
+        return _tool_result(msgspec.to_builtins(problem_of(error, call.trace_id)), is_error=True)
+    return _tool_result(result.body, is_error=False, note=result.note)
+
+
+# ---------------------------------------------------------------------------
+# JSON-RPC
+
+
+class Exchange(msgspec.Struct, frozen=True):
+    """The HTTP answer to one POST: its status and JSON body (None: 202 Accepted, no body)."""
+
+    status: int
+    body: dict[str, Any] | None
+
+
+def _error(id_: Any, code: int, message: str, data: Any = None, *, status: int = 200) -> Exchange:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return Exchange(status, {"jsonrpc": "2.0", "id": id_, "error": error})
+
+
+def _result(id_: Any, result: dict[str, Any]) -> Exchange:
+    return Exchange(200, {"jsonrpc": "2.0", "id": id_, "result": result})
+
+
+def _valid_id(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def unsupported_version(version: str) -> Exchange | None:
+    """The 400 for an MCP-Protocol-Version header this server does not speak, else None."""
+    if version in PROTOCOL_VERSIONS:
+        return None
+    return _error(
+        None,
+        INVALID_REQUEST,
+        f"unsupported MCP-Protocol-Version {version[:64]!r}",
+        {"supported": list(PROTOCOL_VERSIONS)},
+        status=400,
+    )
+
+
+async def handle(
+    registry: Registry, caller: Caller | None, raw: bytes, *, protocol_version: str | None, trace_id: str | None
+) -> Exchange:
+    """Answer one POSTed JSON-RPC message (the caller is already authenticated, or anonymous)."""
+    try:
+        message = msgspec.json.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        return _error(None, PARSE_ERROR, "the body is not JSON", status=400)
+    if isinstance(message, list):
+        return _error(
+            None, INVALID_REQUEST, "batches are not supported: send one JSON-RPC message per request", status=400
+        )
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        return _error(None, INVALID_REQUEST, "not a JSON-RPC 2.0 message", status=400)
+    method = message.get("method")
+    if method is None:
+        if "id" in message and ("result" in message or "error" in message):
+            return Exchange(
+                202, None
+            )  # a response to a server request: this server sends none, so nothing waits for it
+        return _error(None, INVALID_REQUEST, "a JSON-RPC message needs a `method`", status=400)
+    if not isinstance(method, str):
+        return _error(None, INVALID_REQUEST, "`method` must be a string", status=400)
+    params = message.get("params")
+    if params is not None and not isinstance(params, dict):
+        return _error(
+            message.get("id") if _valid_id(message.get("id")) else None,
+            INVALID_REQUEST,
+            "`params` must be an object",
+            status=400,
+        )
+    if "id" not in message:
+        return Exchange(202, None)  # notifications (initialized, cancelled...) need nothing from a stateless server
+    id_ = message["id"]
+    if not _valid_id(id_):
+        return _error(None, INVALID_REQUEST, "`id` must be a string or an integer", status=400)
+    params = params or {}
+
+    if method == "initialize":
+        requested = params.get("protocolVersion")
+        if not isinstance(requested, str):
+            return _error(id_, INVALID_PARAMS, "initialize needs `protocolVersion` (a string)")
+        return _result(
+            id_,
+            {
+                "protocolVersion": requested if requested in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0],
+                "capabilities": {"tools": {"listChanged": False}},
+                "serverInfo": {"name": "capreg", "title": "capreg capability registry", "version": SERVER_VERSION},
+                "instructions": INSTRUCTIONS,
+            },
+        )
+    if protocol_version is not None and (refusal := unsupported_version(protocol_version)) is not None:
+        return msgspec.structs.replace(refusal, body={**refusal.body, "id": id_})
+    if method == "ping":
+        return _result(id_, {})
+    if method == "tools/list":
+        return _result(id_, {"tools": TOOL_LIST})
+    if method == "tools/call":
+        name, arguments = params.get("name"), params.get("arguments")
+        if not isinstance(name, str):
+            return _error(id_, INVALID_PARAMS, "tools/call needs `name` (a string)")
+        tool = TOOLS.get(name)
+        if tool is None:
+            return _error(id_, INVALID_PARAMS, f"unknown tool {name[:128]!r}", {"tools": list(TOOLS)})
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            return _error(id_, INVALID_PARAMS, "`arguments` must be an object")
+        return _result(id_, await call_tool(Call(registry, caller, trace_id), tool, arguments))
+    return _error(id_, METHOD_NOT_FOUND, f"method {method[:128]!r} is not supported by this server")

@@ -1,0 +1,1 @@
+"""Offers: which capability, which version, which instance, now (ranked, weighed by risk and load)."""

@@ -1,0 +1,1 @@
+"""Operations: liveness, readiness, the JWKS, housekeeping."""

@@ -1,0 +1,388 @@
+"""Detail release (docs/api.md#detail-release), the service: resolve the version a caller asks for,
+run the checks in order (auth.policy.decide_release), audit the outcome, then hand back what was
+released. The HTTP routes (registry.release.routes) and the MCP tools (registry.mcp.server) both call
+`release`, so a capability is released, refused and audited the same way whichever door the caller
+came through.
+
+The version choice, shapes and events below are pure functions over stored rows and
+`CapabilityVersion`s: no I/O and no clock (callers pass `now`); only `release` reads and writes.
+
+Decisions docs/api.md#version-selection and #release-audit record:
+- `latest` is the version discovery shows as latest: the newest in-force release, or the newest
+  in-force pre-release when a skill has no release yet. Ranges follow `registry.versions.semver`
+  (npm semantics: pre-releases only when the range names one of the same core).
+- An exact version not yet effective (`effectiveAt` in the future) does not exist yet: 404.
+- Every audit event names the path's tenant as `tenant` (the record's owner sees probes of its
+  records, including those that do not exist) and the caller's as `actorTenant`. A record the
+  caller may not see is never resolved, so its `ref` is the request as written
+  (`tenant/agentId/skill@<requested version>`), never the version it would resolve to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import msgspec
+
+from auth.policy import NOT_FOUND, NOT_FOUND_CODE, CapabilityGate, Refusal, can_see, decide_release, not_found
+from auth.principal import Caller
+from db import agents as agent_queries
+from db import capabilities as capability_queries
+from db.audit_events import AuditEvent
+from registry.agents.cards import CAPREG_EXTENSION_URI, extended_agent_card, mcp_tool, openai_tool, public_agent_card
+from registry.core.problems import ErrorItem, invalid_request, refused
+from registry.core.records import CapabilityVersion, JsonSchema, PublicCapability, agent_ref, capability_ref
+from registry.core.refusals import refuse
+from registry.core.tracing import current_request_id
+from registry.core.wire import Wire
+from registry.discovery.service import Publisher, capability_version, public_capability, publisher_of
+from registry.release.skill_records import skill_record
+from registry.state import Registry
+from registry.versions.semver import InvalidRange, InvalidVersion, Version, parse_range, resolve
+
+RELEASED = "detail.released"
+DENIED = "detail.denied"
+LATEST = "latest"
+
+
+class VersionRequest(msgspec.Struct, frozen=True):
+    """A parsed `{version}` path segment: exact, `latest`, or a range."""
+
+    text: str
+    exact: bool
+
+
+def parse_version_request(text: str) -> VersionRequest:
+    """Classify the requested version; raises `registry.versions.semver.InvalidRange` when it is none of
+    an exact semver version, `latest`, or a supported range."""
+    if text == LATEST:
+        return VersionRequest(text, exact=False)
+    try:
+        Version.parse(text)
+    except InvalidVersion:
+        parse_range(text)  # raises InvalidRange for anything else
+        return VersionRequest(text, exact=False)
+    return VersionRequest(text, exact=True)
+
+
+def in_force(cap: CapabilityVersion, now: datetime) -> bool:
+    """Not retired, not a candidate (docs/api.md#the-replay-gate), and effective (no `effectiveAt`,
+    or one not in the future): db.capabilities.IN_FORCE, for versions already read."""
+    return cap.status not in ("retired", "candidate") and (cap.effective_at is None or cap.effective_at <= now)
+
+
+def choose_version(
+    caps: Sequence[CapabilityVersion], request: VersionRequest, *, now: datetime
+) -> CapabilityVersion | None:
+    """The version `request` names among one skill's versions, or None.
+
+    An exact request may name a retired version (the policy answers 410 for it) or a candidate
+    (the policy lets only its own tenant have it); `latest` and ranges consider only versions in force.
+    """
+    if request.exact:
+        candidates = [c for c in caps if c.effective_at is None or c.effective_at <= now]
+    else:
+        candidates = [c for c in caps if in_force(c, now)]
+    parsed = [(Version.parse(c.version), c) for c in candidates]
+    versions = [v for v, _ in parsed]
+    chosen = resolve(request.text, versions)
+    if chosen is None and request.text == LATEST:
+        # No release yet: the newest pre-release, as discovery shows it.
+        chosen = max(versions, default=None)
+    if chosen is None:
+        return None
+    # resolve() answers one of the candidates itself; identity tells apart equal-precedence builds.
+    return next(c for v, c in parsed if v is chosen)
+
+
+# --- What is released ----------------------------------------------------------------------------
+
+
+class Interface(Wire, omit_defaults=True):
+    """One of the agent's own A2A interfaces, as its stored card lists it."""
+
+    url: str
+    protocol_binding: str
+    protocol_version: str | None = None
+    tenant: str | None = None
+
+
+class Instance(Wire):
+    """A live instance lease (renewed by heartbeats)."""
+
+    instance_id: str
+    url: str | None
+    expires_at: datetime
+    # The instance's own estimate of how busy it is, 0 to 1, from its last heartbeat (None: not sent).
+    load: float | None
+    last_seen_at: datetime
+
+
+class Endpoints(Wire):
+    """Where to call the capability: the agent's declared A2A interfaces and its live instances
+    (at most 50, the least loaded first; `instanceCount` live in all)."""
+
+    interfaces: list[Interface]
+    instances: list[Instance]
+    instance_count: int
+
+
+class CapabilityDetail(PublicCapability, kw_only=True):
+    """The public view plus what only passes the checks: schemas, examples and endpoints."""
+
+    input_schema: JsonSchema
+    output_schema: JsonSchema
+    examples: list[str]
+    # Behaviour fixtures (docs/api.md#behaviour-fixtures), released as examples are.
+    fixtures: list[dict[str, Any]]
+    # For a candidate, the version whose fixtures a replay runs (`capreg replay`); else null.
+    baseline: str | None
+    endpoints: Endpoints
+    publisher: Publisher
+
+
+def endpoints(card: dict[str, Any], instances: Sequence[Any], instance_count: int) -> Endpoints:
+    """`card` is the agent's stored A2A card; `instances` rows of live leases (already bounded,
+    db.agents.live_instances), `instance_count` how many are live in all."""
+    return Endpoints(
+        instance_count=instance_count,
+        interfaces=msgspec.convert(card.get("supportedInterfaces", []), list[Interface]),
+        instances=[
+            Instance(
+                instance_id=row["instance_id"],
+                url=row["url"],
+                expires_at=row["expires_at"],
+                load=row["load"],
+                last_seen_at=row["last_seen_at"],
+            )
+            for row in instances
+        ],
+    )
+
+
+def capability_detail(
+    public: PublicCapability, cap: CapabilityVersion, where: Endpoints, publisher: Publisher
+) -> CapabilityDetail:
+    return CapabilityDetail(
+        **msgspec.structs.asdict(public),
+        input_schema=cap.input_schema,
+        output_schema=cap.output_schema,
+        examples=list(cap.examples),
+        fixtures=list(cap.fixtures),
+        baseline=cap.baseline,
+        endpoints=where,
+        publisher=publisher,
+    )
+
+
+def withheld_extended_card(card: dict[str, Any], *, base_url: str) -> dict[str, Any]:
+    """The extended card for a caller who passes no skill's checks.
+
+    It lists no skills and, since nothing was released, none of the agent's own interfaces or
+    security schemes: the registry stays the only interface, as on the public card. The capreg
+    extension is present with an empty `skills` map so clients read both cases the same way.
+    A2A marks `skills` as required and non-empty; a2a-sdk clients parse the empty list.
+    """
+    withheld = public_agent_card(card, [], base_url=base_url)
+    withheld["capabilities"] = {
+        **withheld["capabilities"],
+        "extensions": [
+            {
+                "uri": CAPREG_EXTENSION_URI,
+                "description": "capreg capability fields per skill id; none released to this caller.",
+                "required": False,
+                "params": {"skills": {}},
+            }
+        ],
+    }
+    return withheld
+
+
+# --- Refusals and audit --------------------------------------------------------------------------
+
+
+def release_event(
+    caller: Caller,
+    *,
+    tenant: str,
+    ref: str,
+    refusal: Refusal | None,
+    scopes: Sequence[str] = (),
+    trace_id: str | None = None,
+) -> AuditEvent:
+    """`detail.released` (no refusal) or `detail.denied` with the refusal's code as `reason`.
+
+    `scopes` are the capability's required scopes (what was checked), when it was resolved.
+    """
+    return AuditEvent(
+        type=DENIED if refusal else RELEASED,
+        outcome="denied" if refusal else "allowed",
+        tenant=tenant,
+        actor_tenant=caller.tenant,
+        actor=caller.sub,
+        actor_issuer=caller.issuer,
+        ref=ref,
+        scopes=list(scopes),
+        reason=refusal.code if refusal else None,
+        trace_id=trace_id,
+        request_id=current_request_id(),
+    )
+
+
+# --- The service ---------------------------------------------------------------------------------
+
+ToolFormat = Literal["openai", "mcp"]
+
+
+class Released(msgspec.Struct, frozen=True):
+    """A capability version the caller may see (and, once `release` returns it, passed the checks
+    for), with the rows it came from."""
+
+    cap: CapabilityVersion
+    row: Any
+    agent: Any
+    instances: Any
+    instance_count: int = 0
+
+    def gate(self) -> CapabilityGate:
+        """What policy decides on: the version's fields with its agent's visibility and sharing."""
+        return CapabilityGate.of(self.cap, visibility=self.agent["visibility"], shared_with=self.agent["shared_with"])
+
+
+async def visible_version(
+    registry: Registry, caller: Caller, tenant: str, agent_id: str, skill_id: str, wanted: VersionRequest
+) -> Released | None:
+    """The one resolution of the version a request names (docs/api.md#version-selection), for detail,
+    tools, validation and tickets alike: the agent must be one the caller may see, then
+    `choose_version` picks among the skill's versions. None is "no such capability version"
+    (missing or invisible, indistinguishable). What may then be done with it is policy's
+    (`decide_release`, `decide_ticket_target`)."""
+    skill = await skill_record(registry, tenant, agent_id, skill_id)
+    agent = skill.agent
+    if agent is None or not can_see(
+        caller, tenant=tenant, visibility=agent["visibility"], shared_with=agent["shared_with"]
+    ):
+        return None
+    chosen = choose_version([cap for cap, _ in skill.versions], wanted, now=datetime.now(UTC))
+    if chosen is None:
+        return None
+    row = next(row for cap, row in skill.versions if cap is chosen)
+    return Released(cap=chosen, row=row, agent=agent, instances=skill.instances, instance_count=skill.instance_count)
+
+
+async def release(
+    registry: Registry,
+    caller: Caller,
+    *,
+    tenant: str,
+    agent_id: str,
+    skill_id: str,
+    version: str,
+    trace_id: str | None,
+) -> Released:
+    """Resolve `version` and run the checks in the documented order (README, "Detail release");
+    audit the outcome, then answer or raise the refusal.
+
+    A malformed range is 400 before anything is looked up (it says nothing about any record).
+    """
+    try:
+        wanted = parse_version_request(version)
+    except InvalidRange as exc:
+        raise invalid_request(
+            "not a version, `latest` or a version range", [ErrorItem(path="version", message=str(exc))]
+        ) from None
+    ref = capability_ref(tenant, agent_id, skill_id, version)  # as requested: nothing resolved yet
+
+    def denied(refusal: Refusal, *, ref: str, scopes: Sequence[str] = ()):
+        return refuse(
+            registry,
+            caller,
+            refused(refusal),
+            event_type=DENIED,
+            tenant=tenant,
+            ref=ref,
+            scopes=list(scopes),
+            trace_id=trace_id,
+        )
+
+    found = await visible_version(registry, caller, tenant, agent_id, skill_id, wanted)
+    if found is None:
+        raise await denied(NOT_FOUND, ref=ref)
+    refusal = decide_release(caller, found.gate(), exact_version=wanted.exact)
+    if refusal is not None and refusal.code == NOT_FOUND_CODE:  # nothing resolved may show, not even in the audit
+        raise await denied(refusal, ref=ref)
+    if refusal is not None:
+        raise await denied(refusal, ref=found.cap.ref, scopes=found.cap.scopes)
+    event = release_event(
+        caller, tenant=tenant, ref=found.cap.ref, refusal=None, scopes=found.cap.scopes, trace_id=trace_id
+    )
+    await registry.writes.record([event])
+    return await _with_fixtures(registry, found)
+
+
+async def _with_fixtures(registry: Registry, found: Released) -> Released:
+    """A released version with its fixtures, read only for it and only when it has some (they are
+    not in the cached skill record: up to 100 of 64 KiB each)."""
+    cap = found.cap
+    if not cap.fixture_count:
+        return found
+    fixtures = await capability_queries.fixtures_of(registry.pool, cap.tenant, cap.agent_id, cap.id, cap.version)
+    return msgspec.structs.replace(found, cap=msgspec.structs.replace(cap, fixtures=list(fixtures)))
+
+
+def detail_of(released: Released) -> CapabilityDetail:
+    """The capability detail: public fields, schemas, examples and endpoints."""
+    return capability_detail(
+        public_capability(released.row),
+        released.cap,
+        endpoints(released.agent["card"], released.instances, released.instance_count),
+        publisher_of(released.agent),
+    )
+
+
+def tool_definition(released: Released, format: ToolFormat) -> dict[str, Any]:  # noqa: A002
+    """The released capability as an OpenAI function-calling tool or an MCP tool definition."""
+    return openai_tool(released.cap) if format == "openai" else mcp_tool(released.cap)
+
+
+async def extended_card(
+    registry: Registry, caller: Caller, *, tenant: str, agent_id: str, base_url: str, jku: str, trace_id: str | None
+) -> dict[str, Any]:
+    """The A2A extended agent card, signed by the registry (`jku` names its JWKS): the latest
+    in-force version of each skill whose checks the caller passes (each check audited), or the
+    withheld card when none passes; 404 for an invisible agent."""
+    agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
+    if agent is None or not can_see(
+        caller, tenant=agent["tenant"], visibility=agent["visibility"], shared_with=agent["shared_with"]
+    ):
+        raise await refuse(
+            registry,
+            caller,
+            refused(not_found("agent")),
+            event_type=DENIED,
+            tenant=tenant,
+            ref=agent_ref(tenant, agent_id),
+            trace_id=trace_id,
+        )
+    rows = await capability_queries.latest_per_skill(registry.pool, tenant, agent_id, detail=True)
+    passed, events = [], []
+    for row in rows:
+        cap = capability_version(row)
+        gate = CapabilityGate.of(cap, visibility=agent["visibility"], shared_with=agent["shared_with"])
+        refusal = decide_release(caller, gate, exact_version=False)
+        events.append(
+            release_event(caller, tenant=tenant, ref=cap.ref, refusal=refusal, scopes=cap.scopes, trace_id=trace_id)
+        )
+        if refusal is None and cap.fixture_count:
+            fixtures = await capability_queries.fixtures_of(registry.pool, tenant, agent_id, cap.id, cap.version)
+            cap = msgspec.structs.replace(cap, fixtures=list(fixtures))
+        if refusal is None:
+            passed.append(cap)
+    await registry.writes.record(events)
+    if not passed:
+        card = withheld_extended_card(agent["card"], base_url=base_url)
+    else:
+        card = extended_agent_card(agent["card"], passed, base_url=base_url)
+    return await registry.card_signatures.sign(card, registry.keyring, jku=jku)

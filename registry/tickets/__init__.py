@@ -1,0 +1,1 @@
+"""Delegation tickets: minting, re-delegation, approvals, introspection, revocation, grants."""

@@ -1,0 +1,156 @@
+"""HTTP: delegation tickets (mint, introspect, revoke, list) (docs/api.md#tickets, #ticket-claims).
+
+The service is registry.tickets.service, the rules auth.policy, the JWT auth.tickets; approvals are
+registry.tickets.approval_routes. Bodies are read after the caller is authenticated
+(registry.web.request_guard), so that every refusal of an authenticated caller, a malformed body
+included, is audited as `ticket.denied`; a request without a valid caller token is refused without
+an audit event (counted in /metrics).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Request, Response, get, post
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import HeaderParameter, PathParameter, QueryParameter
+
+from registry.core.problems import ProblemError, problem_responses
+from registry.core.refusals import refuse
+from registry.core.wire import Wire
+from registry.state import registry_of, trace_id_of
+from registry.tickets import service as tickets
+from registry.tickets.grants import GrantPage, grant_listing
+from registry.tickets.service import PRINTABLE, ApprovalView, TicketRequestBody, TicketResponse
+from registry.web.authentication import authenticate
+from registry.web.request_guard import body_schema, read_body
+
+_JTI = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+JtiPath = Annotated[str, PathParameter(pattern=_JTI.pattern, description="ticket id (jti)")]
+MAX_LIMIT = 200
+
+
+class IntrospectionRequest(Wire, forbid_unknown_fields=True):
+    ticket: Annotated[str, msgspec.Meta(max_length=16384)]
+
+
+class RevocationResponse(Wire):
+    jti: str
+    revoked: list[str]
+
+
+@post(
+    "/v1/tickets",
+    status_code=201,
+    summary="Mint a delegation ticket (or request approval for it)",
+    description=(
+        "First tickets narrow the caller's scopes to the capability's; with `parentTicket` the caller "
+        "(the parent's audience) re-delegates a narrower ticket. `requiresApproval` capabilities answer "
+        "202 with an approval id. `Idempotency-Key` replays the first answer for the same body (200)."
+    ),
+    dependencies=body_schema(TicketRequestBody),
+    responses={
+        200: ResponseSpec(
+            data_container=TicketResponse, generate_examples=False, description="Idempotent replay of an earlier ticket"
+        ),
+        202: ResponseSpec(
+            data_container=ApprovalView,
+            generate_examples=False,
+            description="The capability requires approval: pending",
+        ),
+        **problem_responses(400, 401, 403, 404, 409, 410),
+    },
+)
+async def create_ticket(
+    request: Request,
+    idempotency_key: Annotated[
+        str | None,
+        HeaderParameter(
+            name="Idempotency-Key",
+            required=False,
+            description="replays the first answer for the same body within 24 h",
+        ),
+    ] = None,
+) -> Response[TicketResponse]:
+    registry = registry_of(request)
+    trace_id = trace_id_of(request)
+    caller = await authenticate(request)
+    try:
+        body = await read_body(request, TicketRequestBody)
+    except ProblemError as error:
+        raise await refuse(registry, caller, error, event_type=tickets.DENIED, tenant=None, trace_id=trace_id) from None
+    answer = await tickets.request_ticket(registry, caller, body, idempotency_key=idempotency_key, trace_id=trace_id)
+    return Response(answer.body, status_code=answer.status)
+
+
+@post(
+    "/v1/tickets/introspect",
+    status_code=200,
+    summary="Introspect a ticket (RFC 7662 style)",
+    description=(
+        '`{"active": true, ...claims}` for a valid, unexpired, unrevoked ticket whose capability version '
+        'is not retired; `{"active": false}` otherwise, and for callers outside the audience\'s tenant.'
+    ),
+    dependencies=body_schema(IntrospectionRequest),
+    responses=problem_responses(400, 401),
+)
+async def introspect(request: Request) -> dict[str, Any]:
+    registry = registry_of(request)
+    caller = await authenticate(request)
+    body = await read_body(request, IntrospectionRequest)
+    return await tickets.introspect(registry, caller, body.ticket)
+
+
+@post(
+    "/v1/tickets/{jti:str}/revoke",
+    status_code=200,
+    summary="Revoke a ticket and every ticket re-delegated from it",
+    responses=problem_responses(401, 403, 404),
+)
+async def revoke_ticket(request: Request, jti: JtiPath) -> RevocationResponse:
+    registry = registry_of(request)
+    caller = await authenticate(request)
+    revoked = await tickets.revoke(registry, caller, jti, trace_id=trace_id_of(request))
+    return RevocationResponse(jti=jti, revoked=revoked)
+
+
+@get(
+    "/v1/tickets",
+    summary="Tickets of the caller's tenant (as capability tenant or as actor tenant); needs audit:read",
+    responses=problem_responses(400, 401, 403),
+)
+async def list_tickets(
+    request: Request,
+    active: Annotated[
+        bool | None, QueryParameter(description="true: only active tickets; false: only inactive ones")
+    ] = None,
+    actor: Annotated[
+        str | None,
+        QueryParameter(max_length=200, pattern=PRINTABLE, description="minting principal 'tenant/sub', or a bare sub"),
+    ] = None,
+    skill: Annotated[str | None, QueryParameter(max_length=128, pattern=PRINTABLE, description="capability id")] = None,
+    granted_scope: Annotated[
+        str | None,
+        QueryParameter(name="scope", max_length=128, pattern=PRINTABLE, description="tickets granting this scope"),
+    ] = None,
+    limit: Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT, description=f"page size, at most {MAX_LIMIT}")] = 50,
+    cursor: Annotated[str | None, QueryParameter(max_length=512)] = None,
+) -> GrantPage:
+    registry = registry_of(request)
+    caller = await authenticate(request, "audit:read")
+    # The grant report's listing: one definition of "active" for both.
+    return await grant_listing(
+        registry,
+        caller.tenant,
+        active=active,
+        actor=actor,
+        skill=skill,
+        scope=granted_scope,
+        limit=limit,
+        cursor=cursor,
+    )
+
+
+ROUTES = [create_ticket, introspect, revoke_ticket, list_tickets]

@@ -1,0 +1,1 @@
+"""Versions: semver, ranges, the lifecycle, and compatibility between versions."""

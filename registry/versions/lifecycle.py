@@ -1,0 +1,136 @@
+"""The version lifecycle, the service (docs/api.md#lifecycle): deprecating and retiring a published
+version, each checked in the documented order, written in one transaction with its change
+notification, and audited (allowed or denied). The SQL is db/capabilities.py."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+
+import msgspec
+
+from auth.policy import NOT_FOUND, can_see, check_lifecycle
+from auth.principal import Caller
+from db import agents as agent_queries
+from db import capabilities as capability_queries
+from db.audit_events import AuditEvent
+from db.changes import CANDIDATE_CHANGE_KIND
+from db.group_commit import WriteScope
+from registry.core.problems import ErrorItem, ProblemError, invalid_request, refused
+from registry.core.records import PublicCapability, capability_ref
+from registry.core.refusals import refuse
+from registry.core.tracing import current_request_id
+from registry.discovery.service import public_capability
+from registry.state import Registry
+from registry.versions.semver import InvalidVersion, Version
+
+DEPRECATED = "version.deprecated"
+RETIRED = "version.retired"
+
+# Applies the change to a locked version of status `status`; False when it changes nothing.
+Apply = Callable[[object, str], Awaitable[bool]]
+
+
+class VersionKey(msgspec.Struct, frozen=True):
+    """Which version a lifecycle change names (the request path)."""
+
+    tenant: str
+    agent_id: str
+    skill_id: str
+    version: str
+
+
+async def deprecate(
+    registry: Registry,
+    caller: Caller,
+    key: VersionKey,
+    *,
+    sunset_at: datetime | None,
+    message: str | None,
+    trace_id: str | None,
+) -> PublicCapability:
+    """Still discoverable and delegable, shown with status deprecated; a retired version is 410."""
+
+    async def apply(conn, status: str) -> bool:
+        if status == "retired":
+            raise ProblemError(410, "retired", "a retired version cannot be deprecated")
+        if status == "candidate":  # deprecated versions are in force: that would step around its replay
+            raise ProblemError(
+                409,
+                "version_conflict",
+                "a candidate is released by a passing replay, not deprecated; retire it instead",
+            )
+        await capability_queries.deprecate_version(
+            conn, key.tenant, key.agent_id, key.skill_id, key.version, sunset_at, message
+        )
+        return True
+
+    return await _change(registry, caller, key, DEPRECATED, apply, trace_id=trace_id)
+
+
+async def retire(registry: Registry, caller: Caller, key: VersionKey, *, trace_id: str | None) -> PublicCapability:
+    """Gone from discovery, cards and ranges; exact requests answer 410; its tickets go inactive."""
+
+    async def apply(conn, status: str) -> bool:
+        if status == "retired":
+            return False  # retiring twice changes nothing
+        await capability_queries.retire_version(conn, key.tenant, key.agent_id, key.skill_id, key.version)
+        return True
+
+    return await _change(registry, caller, key, RETIRED, apply, trace_id=trace_id)
+
+
+async def _change(
+    registry: Registry, caller: Caller, key: VersionKey, event_type: str, apply: Apply, *, trace_id: str | None
+) -> PublicCapability:
+    """Shared steps of deprecate and retire: checks in the order of docs/api.md#lifecycle, one transaction, audited."""
+    tenant, agent_id, skill_id, version = key.tenant, key.agent_id, key.skill_id, key.version
+    ref = capability_ref(tenant, agent_id, skill_id, version)
+    request_id = current_request_id()  # the write below runs in the group-commit task
+
+    def refusing(error: ProblemError):
+        return refuse(registry, caller, error, event_type=event_type, tenant=tenant, ref=ref, trace_id=trace_id)
+
+    agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
+    visible = agent is not None and can_see(
+        caller, tenant=tenant, visibility=agent["visibility"], shared_with=agent["shared_with"]
+    )
+    refusal = check_lifecycle(caller, tenant, agent_visible=visible)
+    if refusal is not None:
+        raise await refusing(refused(refusal))
+    try:
+        Version.parse(version)
+    except InvalidVersion:
+        raise await refusing(
+            invalid_request(
+                "lifecycle changes name an exact version", [ErrorItem(path="version", message="not a semantic version")]
+            )
+        ) from None
+
+    async def write(scope: WriteScope) -> None:
+        status = await capability_queries.lock_version_status(scope.conn, tenant, agent_id, skill_id, version)
+        if status is None:
+            raise refused(NOT_FOUND)
+        if await apply(scope.conn, status):
+            # A candidate was never announced: its retirement is not either.
+            scope.change(CANDIDATE_CHANGE_KIND if status == "candidate" else event_type, tenant, agent_id, ref)
+            scope.audit(
+                AuditEvent(
+                    type=event_type,
+                    outcome="allowed",
+                    tenant=tenant,
+                    actor_tenant=caller.tenant,
+                    actor=caller.sub,
+                    actor_issuer=caller.issuer,
+                    ref=ref,
+                    trace_id=trace_id,
+                    request_id=request_id,
+                )
+            )
+
+    try:
+        await registry.writes.run(write)
+    except ProblemError as error:
+        raise await refusing(error) from None
+    rows = await capability_queries.skill_versions(registry.pool, tenant, agent_id, skill_id)
+    return public_capability(next(r for r in rows if r["version"] == version))

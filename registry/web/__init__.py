@@ -1,0 +1,1 @@
+"""The HTTP shell around every request: authentication, request guard, rate limit, observability."""

@@ -1,0 +1,108 @@
+"""What every request must be before a handler acts on it: a body of exactly its declared types, and
+no value PostgreSQL cannot store (registry.core.storable) anywhere (path, query, headers, body).
+
+Such a value is the caller's own 400 `invalid_request`, decided here, before anything is written,
+so it can never reach a transaction shared with other requests (db.group_commit). The refusal of an
+authenticated caller is audited as `request.refused`, with the offending value escaped; an
+unauthenticated one is not (anyone could grow the chain), only answered.
+
+Bodies are decoded by msgspec with the handler's own type, strictly: `"30"`, `30.0` or `true` where
+an integer is expected is 400 (litestar's own body parsing converts leniently).
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+from urllib.parse import unquote_to_bytes
+
+import msgspec
+from litestar import Request
+from litestar.di import Provide
+from litestar.params import JSONBody
+from litestar.types import ASGIApp, Receive, Scope, Send
+
+from db.unstorable import escaped, unstorable
+from registry.core.problems import ErrorItem, ProblemError, decode_error_item, invalid_request, send_problem
+from registry.core.refusals import refuse_request
+from registry.core.storable import unstorable_pointer
+from registry.web.authentication import optional_caller
+
+T = TypeVar("T")
+
+
+def _unstorable_part(scope: Scope) -> ErrorItem | None:
+    """Where in the request line or headers an unstorable value is, if anywhere."""
+    if unstorable(scope["path"]):
+        return ErrorItem(path="path", message="the path contains a character that cannot be stored (NUL)")
+    query = scope.get("query_string") or b""
+    if b"%00" in query and b"\x00" in unquote_to_bytes(query):
+        return ErrorItem(path="query", message="the query contains a character that cannot be stored (NUL)")
+    for name, value in scope["headers"]:
+        if b"\x00" in value:
+            return ErrorItem(path=f"header:{name.decode('latin-1')}", message="the header contains a NUL character")
+    return None
+
+
+async def refuse_unstorable(request: Request, item: ErrorItem) -> ProblemError:
+    """The 400 for an unstorable value; audited (escaped) when the caller is authenticated."""
+    error = invalid_request("the request contains a value that cannot be stored", [item])
+    try:
+        caller = await optional_caller(request)
+    except ProblemError:
+        caller = None
+    error = await refuse_request(request, caller, error, reason=f"invalid_request: {escaped(item.path)}"[:512])
+    error.audited = True  # type: ignore[attr-defined]  # anonymous: nothing to record, nor later
+    return error
+
+
+def unstorable_guard(app: ASGIApp) -> ASGIApp:
+    """ASGI middleware: a request whose path, query or headers hold an unstorable value never
+    reaches a handler."""
+
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or (item := _unstorable_part(scope)) is None:
+            await app(scope, receive, send)
+            return
+        request: Request = Request(scope, receive)
+        await send_problem(scope, send, await refuse_unstorable(request, item))
+
+    return middleware
+
+
+def decode_strict(raw: bytes, type_: type[T]) -> T:
+    """`raw` as `type_` with msgspec's strict typing; 400 `invalid_request` with a JSON pointer."""
+    try:
+        return msgspec.json.decode(raw, type=type_)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise invalid_request("the request body does not match the expected shape", [decode_error_item(exc)]) from None
+    except RecursionError:  # nesting deeper than the decoder can follow
+        raise invalid_request(
+            "request body is nested too deeply",
+            [ErrorItem(path="", message="JSON nesting exceeds the decoder's limit")],
+        ) from None
+
+
+async def read_body(request: Request, type_: type[T]) -> T:
+    """The one way a handler reads its JSON body: strict types, and no value PostgreSQL cannot store."""
+    raw = await request.body()
+    value = decode_strict(raw, type_)
+    # JSON can only spell NUL as an escape (a raw control character is malformed, a lone surrogate
+    # msgspec refuses): documents without one need no walk.
+    if b"\\u0000" in raw:
+        pointer = unstorable_pointer(msgspec.json.decode(raw))
+        if pointer is not None:
+            raise await refuse_unstorable(
+                request, ErrorItem(path=pointer, message="a string contains a character that cannot be stored (NUL)")
+            )
+    return value
+
+
+def body_schema(type_: type[Any]) -> dict[str, Provide]:
+    """`dependencies=` for a handler that reads its body with read_body: declares the body for
+    OpenAPI without letting litestar parse it (never called)."""
+
+    async def declare(data: Any) -> None:
+        """Never called."""
+
+    declare.__annotations__ = {"data": JSONBody[type_], "return": None}
+    return {f"{type_.__name__.lower()}_body": Provide(declare)}

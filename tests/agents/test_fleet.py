@@ -1,0 +1,273 @@
+"""Fleet: heartbeat load and lease figures, batched renewals, the unchanged re-registration fast
+path and the cached agent view (docs/deployment.md, docs/performance.md)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+
+from tests.audit_support import ONE_ROW_PER_EVENT
+from tests.conftest import example
+
+BILLING = example("billing-agent.json")
+
+
+async def register(client, mint, tenant, agent_id="billing-agent", body=BILLING, expect=(200, 201)):
+    response = await client.put(
+        f"/v1/agents/{tenant}/{agent_id}", json=body, headers=mint(tenant, "p", "registry:publish")
+    )
+    assert response.status_code in expect, response.text
+    return response
+
+
+async def heartbeat(client, mint, tenant, body, agent_id="billing-agent", headers=None):
+    return await client.post(
+        f"/v1/agents/{tenant}/{agent_id}/heartbeat", json=body, headers=headers or mint(tenant, "p", "registry:publish")
+    )
+
+
+async def change_head(db) -> int:
+    return await db.fetchval("SELECT seq FROM change_head WHERE id = 1")
+
+
+async def leases(db, tenant) -> list:
+    return await db.fetch(
+        "SELECT instance_id, url, load, expires_at, last_seen_at FROM agent_instances WHERE tenant = $1 ORDER BY instance_id",
+        tenant,
+    )
+
+
+async def test_load_and_lease_figures_show_in_detail_discovery_and_the_agent_view(client, mint, tenant):
+    await register(client, mint, tenant)
+    view = (await client.get(f"/v1/agents/{tenant}/billing-agent")).json()
+    assert view["health"] == "unknown" and view["liveInstances"] == 0
+    first = await heartbeat(
+        client, mint, tenant, {"instanceId": "i-1", "url": "https://b1.acme.internal", "ttlSeconds": 30, "load": 0.25}
+    )
+    assert first.status_code == 200, first.text
+    second = await heartbeat(client, mint, tenant, {"instanceId": "i-2", "ttlSeconds": 60, "load": 1})
+    assert second.status_code == 200 and second.json()["health"] == "healthy"
+
+    reader = mint(tenant, "r", "registry:read invoice:read", regions=["eu"])
+    detail = await client.get(
+        f"/v1/agents/{tenant}/billing-agent/skills/invoice.lookup/versions/latest", headers=reader
+    )
+    assert detail.status_code == 200, detail.text
+    instances = detail.json()["endpoints"]["instances"]
+    assert [(i["instanceId"], i["url"], i["load"]) for i in instances] == [
+        ("i-1", "https://b1.acme.internal", 0.25),
+        ("i-2", None, 1.0),
+    ]
+    for item in instances:
+        assert set(item) == {"instanceId", "url", "expiresAt", "load", "lastSeenAt"}
+        assert datetime.fromisoformat(item["lastSeenAt"]) < datetime.fromisoformat(item["expiresAt"])
+    assert datetime.fromisoformat(instances[0]["expiresAt"]) == datetime.fromisoformat(first.json()["expiresAt"])
+
+    items = (await client.get("/v1/capabilities", params={"tenant": tenant})).json()["items"]
+    assert items and {(i["health"], i["liveInstances"]) for i in items} == {("healthy", 2)}
+    # Routers never see instance URLs or load in discovery.
+    assert "b1.acme.internal" not in (await client.get("/v1/capabilities", params={"tenant": tenant})).text
+    view = (await client.get(f"/v1/agents/{tenant}/billing-agent")).json()
+    assert (view["health"], view["liveInstances"]) == ("healthy", 2)
+    assert {s["liveInstances"] for s in view["skills"]} == {2}
+
+
+async def test_discovery_health_filter_lists_only_agents_with_a_live_instance(client, mint, tenant, db, registry):
+    await register(client, mint, tenant, "alive", {**BILLING})
+    await register(client, mint, tenant, "silent", {**BILLING})
+    await register(client, mint, tenant, "lapsed", {**BILLING})
+    assert (await heartbeat(client, mint, tenant, {"instanceId": "a"}, "alive")).status_code == 200
+    assert (await heartbeat(client, mint, tenant, {"instanceId": "l"}, "lapsed")).status_code == 200
+    await db.execute(
+        "UPDATE agent_instances SET expires_at = now() - interval '1 second' WHERE tenant = $1 AND agent_id = 'lapsed'",
+        tenant,
+    )
+    registry.responses.clear()  # the update bypassed the app
+    every = (await client.get("/v1/capabilities", params={"tenant": tenant})).json()["items"]
+    assert {i["agentId"] for i in every} == {"alive", "silent", "lapsed"}
+    healthy = (await client.get("/v1/capabilities", params={"tenant": tenant, "health": "healthy"})).json()["items"]
+    assert {i["agentId"] for i in healthy} == {"alive"} and {i["health"] for i in healthy} == {"healthy"}
+    bad = await client.get("/v1/capabilities", params={"health": "stale"})
+    assert bad.status_code == 400 and bad.json()["code"] == "invalid_request"
+
+
+async def test_heartbeat_of_an_unregistered_agent_is_404_and_renews_nothing(client, mint, tenant, db):
+    before = await change_head(db)
+    response = await heartbeat(client, mint, tenant, {"instanceId": "i-1", "ttlSeconds": 30}, agent_id="nobody")
+    assert response.status_code == 404 and response.json()["code"] == "not_found"
+    assert await leases(db, tenant) == []
+    assert await change_head(db) == before
+
+
+async def test_bad_heartbeats_each_get_their_error_and_renew_nothing(client, mint, tenant, other_tenant, db):
+    await register(client, mint, tenant)
+    assert (
+        await heartbeat(client, mint, tenant, {"instanceId": "i-1", "ttlSeconds": 30, "load": 0.5})
+    ).status_code == 200
+    kept = await leases(db, tenant)
+    for body in (
+        {"instanceId": "i-1", "ttlSeconds": 4},
+        {"instanceId": "i-1", "ttlSeconds": 3601},
+        {"instanceId": "i-1", "load": -0.01},
+        {"instanceId": "i-1", "load": 1.01},
+        {"instanceId": "i-1", "load": "high"},
+        {"instanceId": "i-1", "load": [0.5]},
+        {"instanceId": "i-1", "load": {"cpu": 0.5}},
+        {"instanceId": "i-1", "load": "0.5"},
+        {"instanceId": "i-1", "load": True},
+        {"instanceId": "i-1", "ttlSeconds": "30"},
+        {"instanceId": "i-1", "ttlSeconds": 30.5},
+        {"instanceId": "i-1", "unknown": 1},
+        {"instanceId": "i-1", "url": "https://x.example/\u0000"},
+        {"instanceId": "i\u00001"},
+    ):
+        response = await heartbeat(client, mint, tenant, body)
+        assert response.status_code == 400 and response.json()["code"] == "invalid_request", (body, response.text)
+    # Another tenant's agent: 403 tenant_mismatch when it can see it (public), 404 when it cannot.
+    foreign = await heartbeat(
+        client, mint, tenant, {"instanceId": "i-1"}, headers=mint(other_tenant, "p", "registry:publish")
+    )
+    assert foreign.status_code == 403 and foreign.json()["code"] == "tenant_mismatch"
+    await register(client, mint, tenant, "private-agent", {**BILLING, "visibility": "tenant"})
+    hidden = await heartbeat(
+        client,
+        mint,
+        tenant,
+        {"instanceId": "i-1"},
+        "private-agent",
+        headers=mint(other_tenant, "p", "registry:publish"),
+    )
+    assert hidden.status_code == 404
+    unscoped = await heartbeat(client, mint, tenant, {"instanceId": "i-1"}, headers=mint(tenant, "p", "registry:read"))
+    assert unscoped.status_code == 403 and unscoped.json()["code"] == "insufficient_scope"
+    assert await leases(db, tenant) == kept
+
+
+async def test_concurrent_heartbeats_share_batches_and_advance_the_feed_only_when_health_flips(
+    client, mint, tenant, db
+):
+    for agent_id in ("a1", "a2", "a3"):
+        await register(client, mint, tenant, agent_id)
+    publish = mint(tenant, "p", "registry:publish")
+    before = await change_head(db)
+    bodies = [
+        (agent_id, {"instanceId": f"i-{n}", "ttlSeconds": 30, "load": n / 20})
+        for n in range(20)
+        for agent_id in ("a1", "a2", "a3", "ghost")
+    ]
+    answers = await asyncio.gather(
+        *[heartbeat(client, mint, tenant, body, agent_id, headers=publish) for agent_id, body in bodies]
+    )
+    assert [r.status_code for r in answers] == [404 if agent_id == "ghost" else 200 for agent_id, _ in bodies]
+    assert len(await leases(db, tenant)) == 60
+    flips = await db.fetch("SELECT kind, ref FROM changes WHERE seq > $1 AND tenant = $2", before, tenant)
+    # Three agents became healthy: at least one change each (concurrent batches may both see it), no more
+    # than one per batch, and no change at all for the ghost.
+    assert {r["ref"] for r in flips} == {f"{tenant}/a1", f"{tenant}/a2", f"{tenant}/a3"}
+    assert {r["kind"] for r in flips} == {"agent.health"}
+    settled = await change_head(db)
+    again = await asyncio.gather(
+        *[heartbeat(client, mint, tenant, body, agent_id, headers=publish) for agent_id, body in bodies[:30]]
+    )
+    assert all(r.status_code in (200, 404) for r in again)
+    assert await db.fetchval("SELECT count(*) FROM changes WHERE seq > $1 AND tenant = $2", settled, tenant) == 0
+
+
+async def test_the_same_instance_twice_in_one_batch_is_renewed_once(client, mint, tenant, db):
+    await register(client, mint, tenant)
+    publish = mint(tenant, "p", "registry:publish")
+    answers = await asyncio.gather(
+        *[
+            heartbeat(client, mint, tenant, {"instanceId": "i-1", "ttlSeconds": 30, "load": 0.1 * n}, headers=publish)
+            for n in range(8)
+        ]
+    )
+    assert {r.status_code for r in answers} == {200}
+    assert len(await leases(db, tenant)) == 1
+
+
+async def test_heartbeats_write_no_audit_events(client, mint, tenant, db):
+    await register(client, mint, tenant)
+    head = await db.fetchval("SELECT coalesce(max(seq), 0) FROM audit_events")
+    for n in range(3):
+        assert (await heartbeat(client, mint, tenant, {"instanceId": f"i-{n}"})).status_code == 200
+    assert await db.fetchval("SELECT count(*) FROM audit_events WHERE seq > $1 AND tenant = $2", head, tenant) == 0
+
+
+async def test_unchanged_re_registration_skips_the_write_path(client, mint, tenant, db, registry, monkeypatch):
+    first = await register(client, mint, tenant)
+    assert first.status_code == 201
+    calls = []
+    original = registry.writes.run
+
+    async def counting(write):
+        calls.append(write)
+        return await original(write)
+
+    monkeypatch.setattr(registry.writes, "run", counting)
+    changes, audit = await change_head(db), await db.fetchval("SELECT coalesce(max(seq), 0) FROM audit_events")
+    again = await register(client, mint, tenant)
+    assert again.status_code == 200
+    body = again.json()
+    assert body["published"] == [] and body["unchanged"] == [
+        {"id": s["id"], "version": s["version"]} for s in BILLING["skills"]
+    ]
+    assert body["agent"] == first.json()["agent"]
+    assert calls == []
+    # The same content in other bytes takes the full path once (changing nothing), then is the fast one.
+    reordered = {key: BILLING[key] for key in reversed(list(BILLING))}
+    assert (await register(client, mint, tenant, body=reordered)).status_code == 200
+    assert len(calls) == 1
+    assert (await register(client, mint, tenant, body=reordered)).json()["unchanged"] == body["unchanged"]
+    assert len(calls) == 1
+    assert await change_head(db) == changes
+    assert await db.fetchval("SELECT coalesce(max(seq), 0) FROM audit_events") == audit
+
+    # Authorization is still decided first: another tenant's token and a token without the scope are refused and audited.
+    other = await client.put(
+        f"/v1/agents/{tenant}/billing-agent", json=BILLING, headers=mint("someone-else", "p", "registry:publish")
+    )
+    assert other.status_code == 403 and other.json()["code"] == "tenant_mismatch"
+    unscoped = await client.put(
+        f"/v1/agents/{tenant}/billing-agent", json=BILLING, headers=mint(tenant, "p", "registry:read")
+    )
+    assert unscoped.status_code == 403 and unscoped.json()["code"] == "insufficient_scope"
+    denied = await db.fetchval(
+        "SELECT count(*) FROM audit_events WHERE seq > $1 AND tenant = $2 AND outcome = 'denied' AND "
+        + ONE_ROW_PER_EVENT,
+        audit,
+        tenant,
+    )
+    assert denied == 2
+
+
+async def test_a_changed_card_then_the_old_one_again_goes_through_the_write_path(client, mint, tenant, db):
+    await register(client, mint, tenant)
+    renamed = {**BILLING, "description": "Now also refunds"}
+    assert (await register(client, mint, tenant, body=renamed)).json()["agent"]["description"] == "Now also refunds"
+    back = await register(client, mint, tenant)
+    assert back.status_code == 200 and back.json()["agent"]["description"] == BILLING["description"]
+    assert await db.fetchval("SELECT description FROM agents WHERE tenant = $1", tenant) == BILLING["description"]
+    # A conflicting body is still refused after an unchanged one was answered fast.
+    conflicting = {**BILLING, "skills": [{**BILLING["skills"][0], "description": "different content"}]}
+    refused = await register(client, mint, tenant, body=conflicting, expect=(409,))
+    assert refused.json()["code"] == "version_conflict"
+
+
+async def test_the_agent_view_is_cached_and_moves_with_writes(client, mint, tenant, registry):
+    await register(client, mint, tenant, body={**BILLING, "visibility": "tenant"})
+    reader = mint(tenant, "r", "registry:read")
+    first = await client.get(f"/v1/agents/{tenant}/billing-agent", headers=reader)
+    assert first.status_code == 200
+    assert registry.responses.get(("agent-view", tenant, "billing-agent"), registry.watcher.cache_seq(), 0) is not None
+    # Cached, but the visibility check runs on every request.
+    assert (await client.get(f"/v1/agents/{tenant}/billing-agent")).status_code == 404
+    assert (
+        await client.get(f"/v1/agents/{tenant}/billing-agent", headers=mint("elsewhere", "r", "registry:read"))
+    ).status_code == 404
+    await register(client, mint, tenant, body={**BILLING, "visibility": "public", "description": "public now"})
+    public = await client.get(f"/v1/agents/{tenant}/billing-agent")
+    assert public.status_code == 200 and public.json()["description"] == "public now"
+    # A heartbeat that makes the agent healthy is a change: the cached view follows at once.
+    assert (await heartbeat(client, mint, tenant, {"instanceId": "i-1"})).status_code == 200
+    assert (await client.get(f"/v1/agents/{tenant}/billing-agent")).json()["health"] == "healthy"

@@ -1,0 +1,249 @@
+"""Ranked `q` (docs/api.md#ranked-search): inflections, one typing error, stop words, relevance
+order, cursors in that order, hostile text, and the pure parts (words, corrections, relevance)."""
+
+from __future__ import annotations
+
+import time
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from registry.discovery import ranking
+from tests.search_support import CORPUS, agent, publish, skill
+
+
+async def search(client, tenant: str, q: str, headers=None, **params) -> list[str]:
+    response = await client.get("/v1/capabilities", params={"tenant": tenant, "q": q, **params}, headers=headers or {})
+    assert response.status_code == 200, response.text
+    return [item["id"] for item in response.json()["items"]]
+
+
+async def test_inflections_match(client, mint, tenant):
+    await publish(client, mint, tenant, CORPUS)
+    for q in ("invoices", "invoicing", "INVOICE"):
+        found = await search(client, tenant, q)
+        assert {"invoice.lookup", "invoice.list"} <= set(found), (q, found)
+    assert {"calendar.book", "travel.search"} <= set(await search(client, tenant, "booked"))
+    assert "calendar.book" in await search(client, tenant, "booking")
+
+
+async def test_one_typing_error_in_words_of_five_letters_or_more(client, mint, tenant):
+    await publish(client, mint, tenant, CORPUS)
+    assert {"invoice.lookup", "invoice.list"} <= set(await search(client, tenant, "invocie"))  # transposition
+    assert "calendar.book" in await search(client, tenant, "calender")  # substitution
+    assert "refund.issue" in await search(client, tenant, "refnd")  # deletion
+    assert "refund.issue" in await search(client, tenant, "reefund")  # insertion
+    assert await search(client, tenant, "invcie") == []  # two errors
+    assert await search(client, tenant, "bok") == []  # under five letters: exact words only
+    assert await search(client, tenant, "bokk") == []
+
+
+async def test_stop_words_are_ignored(client, mint, tenant):
+    await publish(client, mint, tenant, CORPUS)
+    assert await search(client, tenant, "the of an and") == []
+    # "a" and "the" do not count as words: the refund skills match both remaining words.
+    assert (await search(client, tenant, "the status of a refund"))[0] == "refund.status"
+
+
+async def test_relevance_order(client, mint, tenant):
+    await publish(client, mint, tenant, CORPUS)
+    # both words in the name beats one word; "refund status" is not "issue a refund".
+    assert (await search(client, tenant, "refund status"))[:2] == ["refund.status", "refund.issue"]
+    assert (await search(client, tenant, "issue a refund"))[:2] == ["refund.issue", "refund.status"]
+    # a match in id, name or tags ranks above a match only in the description (report.sales).
+    found = await search(client, tenant, "invoice")
+    assert found[-1] == "report.sales" and set(found[:2]) == {"invoice.lookup", "invoice.list"}
+    # ties by ref
+    assert found[:2] == sorted(found[:2], key=lambda s: f"{tenant}/billing/{s}@1.0.0")
+    # tags weigh like the name
+    assert (await search(client, tenant, "scheduling"))[0] == "calendar.book"
+
+
+async def test_cursor_pages_in_rank_order(client, mint, tenant):
+    skills = [
+        skill(f"s.n{i:02d}", f"Thing {i}", "widget" if i % 2 else "gadget", ["widget"] if i % 3 == 0 else [])
+        for i in range(12)
+    ]
+    await publish(client, mint, tenant, {"many": agent(*skills)})
+    whole = await search(client, tenant, "widget gadget", limit=200)
+    seen, cursor = [], None
+    while True:
+        params = {"tenant": tenant, "q": "widget gadget", "limit": 5, **({"cursor": cursor} if cursor else {})}
+        page = (await client.get("/v1/capabilities", params=params)).json()
+        seen += [i["id"] for i in page["items"]]
+        cursor = page["nextCursor"]
+        if cursor is None:
+            break
+    assert seen == whole and len(seen) == 12
+    # tagged "widget" and described "gadget" (i % 3 == 0, i even) first: two words, one in the tags
+    assert set(whole[:2]) == {"s.n00", "s.n06"}
+    # an unranked cursor is not a ranked one, nor the reverse
+    unranked = (await client.get("/v1/capabilities", params={"tenant": tenant, "limit": 2})).json()["nextCursor"]
+    assert (
+        await client.get("/v1/capabilities", params={"tenant": tenant, "q": "widget", "cursor": unranked})
+    ).status_code == 400
+    ranked = (await client.get("/v1/capabilities", params={"tenant": tenant, "q": "widget", "limit": 2})).json()[
+        "nextCursor"
+    ]
+    assert (await client.get("/v1/capabilities", params={"tenant": tenant, "cursor": ranked})).status_code == 400
+    forged = ranking.encode_cursor(["ranked", 10**12, "x"])
+    assert (
+        await client.get("/v1/capabilities", params={"tenant": tenant, "q": "widget", "cursor": forged})
+    ).status_code == 400
+
+
+async def test_without_q_the_order_is_unchanged(client, mint, tenant):
+    await publish(client, mint, tenant, CORPUS)
+    response = await client.get("/v1/capabilities", params={"tenant": tenant})
+    refs = [i["ref"] for i in response.json()["items"]]
+    assert refs == sorted(refs, key=lambda r: tuple(r.split("@")[0].split("/")))
+
+
+async def test_ranked_search_keeps_visibility_and_filters(client, mint, tenant, other_tenant):
+    await publish(
+        client,
+        mint,
+        tenant,
+        {
+            **CORPUS,
+            "private": agent(
+                skill("invoice.secret", "Secret invoice", "hidden"), visibility="tenant", sharedWith=[other_tenant]
+            ),
+        },
+    )
+    assert "invoice.secret" not in await search(client, tenant, "invoice")
+    assert "invoice.secret" not in await search(client, tenant, "invoice", mint("x" + tenant, "r", "registry:read"))
+    assert "invoice.secret" in await search(client, tenant, "invoice", mint(other_tenant, "r", "registry:read"))
+    assert "invoice.secret" in await search(client, tenant, "invoice", mint(tenant, "r", "registry:read"))
+    assert await search(client, tenant, "invoice", skill="invoice.list") == ["invoice.list"]
+    assert await search(client, tenant, "refund", tag="payments", agent="refunds") == ["refund.issue", "refund.status"]
+    assert await search(client, tenant, "refund", agent="billing") == []
+
+
+async def test_latest_version_only_if_it_matches(client, mint, tenant):
+    old = skill("doc.find", "Find receipts", "old wording", version="1.0.0")
+    new = skill("doc.find", "Find documents", "new wording", version="1.1.0")
+    await publish(client, mint, tenant, {"d": agent(old, new)})
+    assert await search(client, tenant, "receipts") == []
+    assert await search(client, tenant, "receipts", versions="all") == ["doc.find"]
+    assert await search(client, tenant, "documents") == ["doc.find"]
+
+
+HOSTILE = [
+    "invoice & | ! ( ) : * refund",
+    "!!!",
+    "&|!():*" * 73,
+    "'; DROP TABLE agents; --",
+    "invoice:*",
+    "a:b",
+    "(",
+    "x" * 500,
+    "invoice " + "y" * 500,
+    "<-> <1> !invoice",
+    "\\",
+    "日本語 invoice",
+    "½ ² ⅷ",
+    "\u0000",
+]
+
+
+async def test_hostile_q_is_plain_text(client, mint, tenant):
+    await publish(client, mint, tenant, CORPUS)
+    for q in HOSTILE:
+        start = time.monotonic()
+        response = await client.get("/v1/capabilities", params={"tenant": tenant, "q": q})
+        assert time.monotonic() - start < 2, q
+        assert response.status_code in (200, 400), (q, response.text)
+        if "\x00" in q:
+            assert response.status_code == 400 and response.json()["code"] == "invalid_request"
+        else:
+            assert response.status_code == 200, (q, response.text)
+    assert set(await search(client, tenant, "invoice & | ! ( ) : * refund")) >= {"invoice.lookup", "refund.issue"}
+    assert (await client.get("/v1/capabilities", params={"q": "a" * 512})).status_code == 200
+    too_long = await client.get("/v1/capabilities", params={"q": "a" * 513})
+    assert too_long.status_code == 400 and too_long.json()["code"] == "invalid_request"
+
+
+async def test_new_words_join_the_lexicon(client, mint, tenant, db):
+    await publish(client, mint, tenant, {"z": agent(skill("zebra.count", "Count zebras", "Counts striped horses"))})
+    words = {
+        r["word"]
+        for r in await db.fetch("SELECT word FROM search_words WHERE word = ANY($1)", ["zebras", "striped", "count"])
+    }
+    assert words == {"zebras", "striped", "count"}
+    assert await search(client, tenant, "zebrsa") == ["zebra.count"]
+
+
+# --- pure parts ------------------------------------------------------------------------------------
+
+
+def test_query_words_are_letters_and_digits_only():
+    assert ranking.query_words("Invoice & |(refund):* v2 invoice") == ["invoice", "refund", "v2"]
+    assert ranking.query_words("&|!():*'\"\\") == []
+    assert len(ranking.query_words(" ".join(f"w{i}" for i in range(100)))) == ranking.MAX_WORDS
+
+
+@given(st.text(max_size=200))
+@settings(max_examples=200)
+def test_words_never_carry_tsquery_syntax(text):
+    for word in ranking.query_words(text):
+        assert word and not set(word) & set("&|!():*<>'\\ \t\n\x00-_")
+        assert word == word.lower()
+
+
+def _osa_one(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    if abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diffs = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diffs) == 1 or (
+            len(diffs) == 2 and diffs[1] == diffs[0] + 1 and a[diffs[0]] == b[diffs[1]] and a[diffs[1]] == b[diffs[0]]
+        )
+    short, long_ = sorted((a, b), key=len)
+    return any(long_[:i] + long_[i + 1 :] == short for i in range(len(long_)))
+
+
+@given(st.text("abcde", max_size=7), st.text("abcde", max_size=7))
+@settings(max_examples=500)
+def test_within_one_typo_is_one_osa_edit(a, b):
+    assert ranking.within_one_typo(a, b) == _osa_one(a, b)
+
+
+@given(st.text("abcd", min_size=1, max_size=7), st.integers(0, 6), st.sampled_from("abcd"))
+def test_one_error_shares_a_one_deletion_variant(word, at, letter):
+    """What the lexicon's GIN look-up relies on (capreg_one_deletions, migration 0008)."""
+
+    def variants(w):
+        return {w, *(w[:i] + w[i + 1 :] for i in range(len(w)))}
+
+    i = at % len(word)
+    for typo in (
+        word[:i] + letter + word[i + 1 :],
+        word[:i] + letter + word[i:],
+        word[:i] + word[i + 1 :],
+        word[:i] + word[i + 1 : i + 2] + word[i] + word[i + 2 :],
+    ):
+        assert variants(word) & variants(typo)
+
+
+@given(st.integers(1, ranking.MAX_WORDS), st.data())
+def test_relevance_is_in_unit_interval_and_follows_the_order(words, data):
+    m1 = data.draw(st.integers(0, words))
+    h1 = data.draw(st.integers(0, m1))
+    m2 = data.draw(st.integers(0, words))
+    h2 = data.draw(st.integers(0, m2))
+    s1, s2 = m1 * (words + 1) + h1, m2 * (words + 1) + h2
+    r1, r2 = ranking.relevance(s1, words), ranking.relevance(s2, words)
+    assert 0 <= r1 <= 1 and 0 <= r2 <= 1
+    if (m1, h1) > (m2, h2):
+        assert r1 > r2
+    assert ranking.relevance(words * (words + 2), words) == 1.0
+
+
+def test_plan_query_drops_stop_words_and_keeps_near_words_one_error_away():
+    plan = ranking.plan_query([("the", True, []), ("invocie", False, ["invoice", "invoices", "novice"])])
+    assert plan is not None and plan.word_queries == ["invocie | invoice"]
+    assert plan.head_queries == ["invocie:AB | invoice:AB"]
+    assert ranking.plan_query([("the", True, [])]) is None

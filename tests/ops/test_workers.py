@@ -1,0 +1,61 @@
+"""`capreg serve --workers N` as a real process: one scrape of /metrics counts every worker."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import httpx
+
+from tests.conftest import ROOT, free_port, server_home, stop_server
+
+
+def _metric(text: str, pattern: str) -> float:
+    return sum(float(m.group(1)) for m in re.finditer(pattern, text, re.MULTILINE))
+
+
+def test_one_scrape_counts_the_requests_of_every_worker(database_url):
+    home, port = server_home(), free_port()
+    env = {**os.environ, "CAPREG_HOME": str(home), "DATABASE_URL": database_url, "CAPREG_POOL_MIN": "2"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "registry.cli", "serve", "--port", str(port), "--workers", "2"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        # A new connection per request, so that both workers answer some.
+        with httpx.Client(base_url=base, timeout=5, limits=httpx.Limits(max_keepalive_connections=0)) as http:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if http.get("/readyz").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline and process.poll() is None, "capreg serve did not start"
+                time.sleep(0.2)
+            for _ in range(120):
+                assert http.get("/healthz").status_code == 200
+            deadline = time.monotonic() + 10
+            while True:  # other workers' snapshots are at most a second old
+                text = http.get("/metrics").text
+                served = _metric(
+                    text, r'^capreg_requests_total\{method="GET",path="/healthz",status_code="200"\} (\S+)$'
+                )
+                pools = _metric(text, r"^capreg_db_pool_size (\S+)$")
+                if served >= 120 and pools >= 4:
+                    break
+                assert time.monotonic() < deadline, (
+                    f"one scrape saw {served} of 120 requests and pools of {pools} connections"
+                )
+                time.sleep(0.3)
+    finally:
+        stop_server(process)
+        shutil.rmtree(home, ignore_errors=True)
