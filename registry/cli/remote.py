@@ -266,25 +266,28 @@ def offers(registry: Registry, args: argparse.Namespace) -> int:
     if not answer.offers:
         console.print(f"[dim]no offer ({note})[/dim]")
         return 1
-    console.print(
-        _table(
-            f"{len(answer.offers)} offers ({note})",
-            ["ref", "score", "relevance", "side effect", "instance", "load", "url", "ticket"],
-            (
-                [
-                    o.ref,
-                    f"{o.score:.3f}",
-                    f"{o.why.relevance:.3f}",
-                    o.side_effect,
-                    o.instance.instance_id if o.instance else "",
-                    o.instance.load if o.instance else "",
-                    o.instance.url if o.instance else "",
-                    _ticket_cell(o),
-                ]
-                for o in answer.offers
-            ),
-        )
+    rows = Rows(
+        f"{len(answer.offers)} offers ({note})",
+        ["ref", "score", "relevance", "side effect", "instance", "load", "url", "ticket"],
+        (
+            [
+                o.ref,
+                f"{o.score:.3f}",
+                f"{o.why.relevance:.3f}",
+                o.side_effect,
+                o.instance.instance_id if o.instance else "",
+                o.instance.load if o.instance else "",
+                o.instance.url if o.instance else "",
+                _ticket_cell(o),
+            ]
+            for o in answer.offers
+        ),
     )
+    if not _to_terminal():
+        print(rows.title)
+        print_plain(rows.columns, rows.rows)
+    else:
+        console.print(_table(rows))
     return 0
 
 

@@ -41,13 +41,15 @@ AREAS = {
     "tickets": "Delegation tickets: mint, re-delegate, introspect, revoke, list.",
     "approvals": "Approvals of tickets for capabilities that require one.",
     "audit": "The audit log, grant reports, the signed chain checkpoint.",
+    "offers": "Which capability, which version, which instance, now: ranked offers with an optional ticket.",
+    "ard": "Agentic Resource Discovery: the manifest and the ARD registry API over discovery.",
     "ops": "Probes and the registry's public keys.",
 }
 
 _SKILL_VERSIONS = r"^/v1/agents/[^/]+/[^/]+/skills/[^/]+/versions"
 # (pattern over the path, methods or None for all, area); the first match wins.
 _AREA_RULES: list[tuple[re.Pattern[str], frozenset[str] | None, str]] = [
-    (re.compile(_SKILL_VERSIONS + r"/[^/]+/(deprecate|retire)$"), None, "versions"),
+    (re.compile(_SKILL_VERSIONS + r"/[^/]+/(deprecate|retire|replays)$"), None, "versions"),
     (re.compile(_SKILL_VERSIONS + r"$"), None, "versions"),
     (re.compile(_SKILL_VERSIONS + r"/[^/]+(/tool|/validate)?$"), None, "release"),
     (re.compile(r"^/v1/agents/[^/]+/[^/]+/extendedAgentCard$"), None, "release"),
@@ -56,6 +58,9 @@ _AREA_RULES: list[tuple[re.Pattern[str], frozenset[str] | None, str]] = [
     (re.compile(r"^/v1/(capabilities|changes)(/|$)"), None, "discovery"),
     (re.compile(r"^/v1/compatibility$"), None, "versions"),
     (re.compile(r"^/v1/tickets(/|$)"), None, "tickets"),
+    (re.compile(r"^/v1/offers$"), None, "offers"),
+    (re.compile(r"^/v1/tenants/[^/]+/publisher-keys$"), None, "agents"),
+    (re.compile(r"^/(ard(/|$)|\.well-known/ard\.json$)"), None, "ard"),
     (re.compile(r"^/v1/approvals(/|$)"), None, "approvals"),
     (re.compile(r"^/v1/audit(/|$)"), None, "audit"),
     (re.compile(r"^/(healthz|readyz|metrics|\.well-known/)"), None, "ops"),
@@ -76,6 +81,12 @@ _OPTIONAL_TOKEN = {
     # The JSON-RPC binding: malformed and unsupported calls are answered to anyone;
     # GetExtendedAgentCard, its one method, is 401 without a token (registry.agents.a2a_rpc_routes).
     ("POST", "/v1/agents/{tenant}/{agent_id}"),
+    # ARD: anonymous callers see public agents, as in discovery
+    ("GET", "/.well-known/ard.json"),
+    ("POST", "/ard/search"),
+    ("GET", "/ard/agents"),
+    ("GET", "/ard/agents/{identifier}"),
+    ("POST", "/ard/explore"),
 }
 # Operations that never look at a token.
 _NO_TOKEN = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/.well-known/jwks.json")}

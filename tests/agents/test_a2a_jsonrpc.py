@@ -13,6 +13,7 @@ from a2a.types import GetExtendedAgentCardRequest, GetTaskRequest, Message, Part
 from a2a.utils.errors import UnsupportedOperationError
 
 from registry.agents import a2a_rpc
+from registry.config import registry_url
 from tests.conftest import example
 
 BILLING = example("billing-agent.json")
@@ -23,8 +24,9 @@ def rpc(method: str = "GetExtendedAgentCard", params: dict | None = None, id: st
 
 
 async def events_of(db, response: httpx.Response) -> list[tuple]:
+    # one row per event: an event of two tenants has an entry in each tenant's chain
     rows = await db.fetch(
-        "SELECT type, ref, reason FROM audit_events WHERE trace_id = $1 ORDER BY seq",
+        "SELECT type, ref, reason FROM (SELECT DISTINCT ON (coalesce(event_id, seq::text)) type, ref, reason, seq FROM audit_events WHERE trace_id = $1 ORDER BY coalesce(event_id, seq::text), seq) e ORDER BY seq",
         response.headers.get_list("x-trace-id")[0],
     )
     return [tuple(r) for r in rows]
@@ -67,7 +69,7 @@ async def test_default_a2a_client_gets_the_extended_card(live_server, mint, tena
 
     # Audited as the HTTP+JSON path audits: one event per skill, released or withheld.
     rows = await db.fetch(
-        "SELECT type, ref, reason FROM audit_events WHERE actor_tenant = $1 AND type LIKE 'detail.%' ORDER BY seq",
+        "SELECT type, ref, reason FROM audit_events WHERE actor_tenant = $1 AND chain = $1 AND type LIKE 'detail.%' ORDER BY seq",
         tenant,
     )
     assert [tuple(r) for r in rows] == [
@@ -189,9 +191,9 @@ async def test_ids_are_echoed_and_versions_checked(client, mint, world):
             assert answer.json()["error"]["code"] == -32009
 
 
-async def test_public_card_lists_both_bindings(client, world):
+async def test_public_card_lists_both_bindings(client, world, settings):
     card = (await client.get(f"/v1/agents/{world}/billing-agent/.well-known/agent-card.json")).json()
-    url = f"http://registry.test/v1/agents/{world}/billing-agent"
+    url = f"{registry_url(settings)}/v1/agents/{world}/billing-agent"
     assert card["supportedInterfaces"] == [
         {"url": url, "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
         {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},

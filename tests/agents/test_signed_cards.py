@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from jwt import PyJWK
 
 from registry.agents.card_signing import canonical_card
+from registry.config import registry_url
 from registry.core.signing_keys import rotate_key
 from tests.conftest import example
 
@@ -46,7 +47,7 @@ async def billing(client, mint, tenant):
     return tenant
 
 
-async def test_public_card_verifies_with_a2a_sdk_and_a_byte_change_fails(client, billing):
+async def test_public_card_verifies_with_a2a_sdk_and_a_byte_change_fails(client, billing, settings):
     jwks = (await client.get("/.well-known/jwks.json")).json()
     response = await client.get(f"/v1/agents/{billing}/billing-agent/.well-known/agent-card.json")
     assert response.status_code == 200
@@ -56,7 +57,7 @@ async def test_public_card_verifies_with_a2a_sdk_and_a_byte_change_fails(client,
     verify(response.content, jwks, seen)
     kid, jku = seen[0]
     assert kid in {key["kid"] for key in jwks["keys"]}
-    assert jku == "http://registry.test/.well-known/jwks.json"
+    assert jku == f"{registry_url(settings)}/.well-known/jwks.json"
     header = json.loads(_b64decode(card["signatures"][0]["protected"]))
     assert header["alg"] == "EdDSA" and header["kid"] == kid
     # One byte changed anywhere in what is signed: the signature no longer verifies.

@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 import pytest
 
+from registry.config import registry_url
 from tests.ard_support import assert_valid
 from tests.conftest import count_rows
 
@@ -157,25 +158,26 @@ async def fleet(client, mint, tenant, other_tenant) -> str:
 # Shapes
 
 
-async def test_manifest_is_a_valid_ard_manifest(client):
+async def test_manifest_is_a_valid_ard_manifest(client, settings):
     response = await client.get("/.well-known/ard.json")
     assert response.status_code == 200
     body = response.json()
     assert_valid("AICatalogManifest", body)
-    assert body["host"] == {"displayName": "capreg", "identifier": "http://registry.test"}
+    assert body["host"] == {"displayName": "capreg", "identifier": registry_url(settings)}
     [entry] = body["entries"]
     assert entry["type"] == "application/ai-registry+json"
-    assert entry["url"] == "http://registry.test/ard"
-    assert entry["identifier"] == "urn:air:registry.test:registry:capreg"
+    assert entry["url"] == f"{registry_url(settings)}/ard"
+    # the registry listens on an IP address here, not a DNS name
+    assert entry["identifier"] == "urn:air:capreg.invalid:registry:capreg"
 
 
-async def test_entries_are_public_metadata_only(client, mint, tenant, fleet):
+async def test_entries_are_public_metadata_only(client, mint, tenant, fleet, settings):
     results = await everything(client, {"query": {"text": fleet}, "pageSize": 100})
     by_id = {r["identifier"]: r for r in results}
     assert set(by_id) == {urn(tenant, "alpha"), urn(tenant, "beta")}
     beta = by_id[urn(tenant, "beta")]
     assert beta["displayName"] == "Beta" and beta["type"] == A2A and beta["version"] == "2.0.0"
-    assert beta["url"] == f"http://registry.test/v1/agents/{tenant}/beta/.well-known/agent-card.json"
+    assert beta["url"] == f"{registry_url(settings)}/v1/agents/{tenant}/beta/.well-known/agent-card.json"
     assert beta["capabilities"] == ["ops.restart", "ops.status"]
     assert beta["tags"] == ["ops", "status"]
     assert beta["representativeQueries"] == ["restart web", "restart db"]
@@ -187,7 +189,7 @@ async def test_entries_are_public_metadata_only(client, mint, tenant, fleet):
         "capreg.liveInstances": 0,
         "capreg.publisherDomain": "default",
     }
-    assert beta["source"] == "http://registry.test/ard" and isinstance(beta["score"], int)
+    assert beta["source"] == f"{registry_url(settings)}/ard" and isinstance(beta["score"], int)
     # one example is not enough for representativeQueries (ARD wants two to five)
     assert "representativeQueries" not in by_id[urn(tenant, "alpha")]
     raw = json.dumps(results)

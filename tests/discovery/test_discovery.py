@@ -232,7 +232,7 @@ async def test_the_registry_url_never_comes_from_the_request(client, world, sett
         card = (
             await client.get(f"/v1/agents/{world}/billing-agent/.well-known/agent-card.json", headers=headers)
         ).json()
-        assert [i["url"] for i in card["supportedInterfaces"]] == [expected], headers
+        assert [i["url"] for i in card["supportedInterfaces"]] == [expected, expected], headers
     assert registry_url(Settings(host="10.0.0.5", port=9000)) == "http://10.0.0.5:9000"
     assert registry_url(Settings(host="::1", port=9000)) == "http://[::1]:9000"
     assert registry_url(Settings(public_url="https://registry.example", host="::1")) == "https://registry.example"

@@ -23,6 +23,7 @@ _SAMPLE = {
     "version": "1.0.0",
     "approval_id": "a1",
     "jti": "j1",
+    "identifier": "urn:air:acme.capreg.invalid:billing-agent",
 }
 
 
