@@ -32,7 +32,7 @@ NOISY, QUIET = "noisy", "quiet"
 
 def exponential_validation(levels: int) -> dict:
     """Validating a non-string against this costs jsonschema-rs 2^levels steps (anyOf over shared
-    $refs): slow, and allowed (tests/test_hostile_schemas.py)."""
+    $refs): slow, and allowed (tests/web/test_hostile_schemas.py)."""
     defs = {
         f"d{i}": {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}", "minimum": 0}]}
         for i in range(levels)

@@ -60,7 +60,7 @@ def _terms(bind: Bind, text: TextMatch) -> str:
 
 
 def _score(text: TextMatch) -> str:
-    # db.ranked_search.ranked's score, over the same plan (tests/test_ard.py holds the orders equal).
+    # db.ranked_search.ranked's score, over the same plan (tests/ard/test_ard.py holds the orders equal).
     words = len(text.word_queries)
     matched = " + ".join(f"(c.search_vector @@ t.w{i})::int" for i in range(words))
     head = " + ".join(f"(c.search_vector @@ t.h{i})::int" for i in range(words))

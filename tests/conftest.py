@@ -250,7 +250,7 @@ def server_home() -> Path:
 def live_server(database_url):
     """One real `capreg serve` for the session, on this run's fresh database (on the embedded server
     or DATABASE_URL's), so tokens minted by the in-process app's keys verify on it too. `capreg serve`
-    starting its own embedded PostgreSQL is tested by tests/test_cli.py and CI's wheel install."""
+    starting its own embedded PostgreSQL is tested by tests/cli/test_cli.py and CI's wheel install."""
     home = server_home()
     process, base, env = start_server(home, database_url)
     yield base, env, home
@@ -276,7 +276,7 @@ async def retire_versions(client, mint, db, tenant: str, skill_id: str, version:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """Say plainly when the browser tests (tests/test_console_browser.py) did not run, and why."""
+    """Say plainly when the browser tests (tests/console/test_console_browser.py) did not run, and why."""
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if "test_console_browser" in r.nodeid]
     if skipped:
         reason = skipped[0].longrepr[2] if isinstance(skipped[0].longrepr, tuple) else str(skipped[0].longrepr)

@@ -1,5 +1,5 @@
 """A process that writes through GroupCommit and says which writes were acknowledged, so that
-tests/test_group_commit.py can kill it mid-batch: `python -m tests.group_commit_child URL TENANT`.
+tests/web/test_group_commit.py can kill it mid-batch: `python -m tests.group_commit_child URL TENANT`.
 
 Prints `ack <id>` once a write's `run` returned (its batch committed), `written <id>` when the
 stalling write has inserted its row and is holding its batch open before the commit.

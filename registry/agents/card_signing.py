@@ -7,7 +7,7 @@ recomputes, made from a2a-sdk's own pieces in its own order (`canonical_card`): 
 the `AgentCard` proto message, written back as JSON, `signatures` dropped, empty values removed
 (the SDK's `_clean_empty`), canonicalized by the SDK's RFC 8785 implementation. Only the SDK's
 spec-compliance walk is left out: it only logs, and costs 4 times the rest on a card with
-schemas. tests/test_signed_cards.py checks byte equality with the SDK's own canonicalization and
+schemas. tests/agents/test_signed_cards.py checks byte equality with the SDK's own canonicalization and
 verification with its verifier.
 
 Signing costs a proto parse, a canonicalization and an Ed25519 signature; a card version is

@@ -3,7 +3,7 @@ operation's security (token required, optional, or none) and its tag (one area o
 
 Applied to copies of the route handlers when the app is built (registry.app), by path and method,
 so a route module declares only what its handlers do; `/schema` (Swagger UI) then shows grouped
-operations and an Authorize button. tests/test_openapi_docs.py checks that what the document says
+operations and an Authorize button. tests/web/test_openapi_docs.py checks that what the document says
 about tokens is what the server does.
 """
 

@@ -1,7 +1,7 @@
 """ARD's official conformance tool against a real `capreg serve`: registry mode anonymously and with
 a bearer token, and manifest mode. The tool is not on a package index and is not vendored here;
 set ARD_CONFORMANCE_TOOL to its path (conformance/bin/conformance-test of ards-project/ard-spec)
-to run it. The same checks, against ARD's JSON Schema and OpenAPI, run always in tests/test_ard.py."""
+to run it. The same checks, against ARD's JSON Schema and OpenAPI, run always in tests/ard/test_ard.py."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ What counts (decisions docs/api.md#event-types records):
   tickets implementation records every refusal of an authenticated caller (a 400 as `ticket.denied`
   `invalid_request`). A request without a valid caller token (401) is never audited, anywhere: there
   is no principal to name, and anyone could grow the chain (it is counted in /metrics instead). A
-  value PostgreSQL cannot store is a 400 audited as `request.refused` (tests/test_hostile_requests.py).
+  value PostgreSQL cannot store is a 400 audited as `request.refused` (tests/web/test_hostile_requests.py).
 - Detail release: one event per request (`detail.released` / `detail.denied`, `reason` the error
   code); the extended card: one per skill it evaluated.
 - Tickets: one per grant or refusal; revocation one per ticket revoked (descendants with reason

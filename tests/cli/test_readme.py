@@ -29,7 +29,7 @@ from tests.conftest import ROOT, _with_database, capreg, server_home, start_serv
 
 # The README sections whose blocks make up the walkthrough, in README order. (Set-up installs the
 # package, which the test run already did; Performance runs the benchmark; the SQL needs a superuser
-# and is run by tests/test_audit_tamper.py.)
+# and is run by tests/audit/test_audit_tamper.py.)
 WALKTHROUGH_SECTIONS = (
     "Five-minute walkthrough",
     "Liveness and fleets",

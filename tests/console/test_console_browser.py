@@ -306,7 +306,7 @@ async def test_a_tampered_log_shows_its_first_bad_seq(server_url, browser):
         assert (await tampered.mint_ticket(tenant)).status_code == 201
         assert await tampered.checkpoint() > 2
         conn = await connect(tampered.database_url)
-        try:  # as the superuser, past the append-only triggers (tests/test_audit_tamper.py)
+        try:  # as the superuser, past the append-only triggers (tests/audit/test_audit_tamper.py)
             await conn.execute("ALTER TABLE audit_events DISABLE TRIGGER ALL")
             await conn.execute("UPDATE audit_events SET reason = 'tampered' WHERE seq = 2")
         finally:
