@@ -20,7 +20,7 @@ from registry.core.problems import ErrorItem, invalid_request
 
 # RFC 3339 date-time: full date, time, optional fraction, and a mandatory offset.
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
-RANGE = "0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z (in UTC)"
+RANGE = "0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z (in UTC, both ends excluded)"
 
 
 class DateTimeOutOfRange(ValueError):
@@ -32,9 +32,14 @@ def utc(name: str, at: datetime) -> datetime:
     if at.tzinfo is None or at.utcoffset() is None:
         raise DateTimeOutOfRange(f"{name} must carry an offset (e.g. Z)")
     try:
-        return at.astimezone(UTC)
+        converted = at.astimezone(UTC)
     except OverflowError:
         raise DateTimeOutOfRange(f"{name} is outside {RANGE}") from None
+    # asyncpg writes the very first and last instants as -infinity/infinity and reads them back as
+    # naive datetimes (no offset on the wire): they are outside the range too.
+    if converted.replace(tzinfo=None) in (datetime.min, datetime.max):
+        raise DateTimeOutOfRange(f"{name} is outside {RANGE}")
+    return converted
 
 
 def parse_date_time(name: str, value: str | None) -> datetime | None:

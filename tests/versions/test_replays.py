@@ -93,6 +93,16 @@ async def with_candidate(client, mint, tenant) -> dict:
     return response.json()
 
 
+async def feed_head(client) -> int:
+    """The change feed's current position (the suite's earlier tests may have written thousands)."""
+    position = 0
+    while True:
+        page = (await client.get("/v1/changes", params={"after": position, "wait": 0, "limit": 1000})).json()
+        if not page["items"]:
+            return position
+        position = page["next"]
+
+
 async def events(db, tenant: str, type_: str) -> list[dict]:
     rows = await db.fetch(
         "SELECT type, outcome, reason, ref, actor FROM audit_events WHERE tenant = $1 AND type = $2 ORDER BY seq",
@@ -194,7 +204,7 @@ async def test_a_version_without_fixtures_keeps_its_content_hash(client, mint, t
 
 
 async def test_a_new_version_of_a_baseline_with_fixtures_is_a_candidate(client, mint, tenant, db):
-    start = (await client.get("/v1/changes", params={"after": 0, "wait": 0, "limit": 1})).json()["next"]
+    start = await feed_head(client)
     answer = await with_candidate(client, mint, tenant)
     assert answer["published"] == []
     assert answer["candidates"] == [{"id": SKILL, "version": "2.1.0", "baseline": "2.0.0", "fixtures": 2}]
@@ -302,7 +312,7 @@ async def test_a_failing_report_is_422_and_a_passing_one_releases_the_candidate(
     await with_candidate(client, mint, tenant)
     attest = mint(tenant, "ci", "registry:attest")
     replays = version_path(tenant, "2.1.0") + "/replays"
-    start = (await client.get("/v1/changes", params={"after": 0, "wait": 0, "limit": 1})).json()["next"]
+    start = await feed_head(client)
 
     marked = passing_report()
     marked["results"][0]["sideEffect"] = "write"  # "looks up and marks": every schema unchanged
@@ -419,7 +429,7 @@ async def test_replays_are_own_tenant_attest_only_and_bounded(client, mint, tena
 
 async def test_a_candidate_can_be_retired_and_not_deprecated(client, mint, tenant, db):
     await with_candidate(client, mint, tenant)
-    start = (await client.get("/v1/changes", params={"after": 0, "wait": 0, "limit": 1})).json()["next"]
+    start = await feed_head(client)
     admin = mint(tenant, "admin", "registry:admin")
     deprecated = await client.post(version_path(tenant, "2.1.0") + "/deprecate", json={}, headers=admin)
     assert deprecated.status_code == 409, deprecated.text
