@@ -135,6 +135,36 @@ def _like_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
+# Section 3's filters on an agent's health and on version content, one definition for discovery and
+# ranked search (db.ranked_search).
+HAS_LIVE_INSTANCE = (
+    "EXISTS (SELECT 1 FROM agent_instances i"
+    " WHERE i.tenant = a.tenant AND i.agent_id = a.agent_id AND i.expires_at > now())"
+)
+
+
+def content_filter(
+    bind: Callable[[Any], str],
+    *,
+    tags: list[str] | tuple[str, ...] | None,
+    side_effect_max: int | None,
+    region: str | None,
+    status: str | None,
+) -> list[str]:
+    """The WHERE clauses on a version's content (alias `c`): tags all held, side effect at most,
+    a region served (a version that names no regions serves every region), status."""
+    clauses = []
+    if tags:
+        clauses.append(f"c.tags @> {bind(list(tags))}::text[]")
+    if side_effect_max is not None:
+        clauses.append(f"c.side_effect_rank <= {bind(side_effect_max)}")
+    if region is not None:
+        clauses.append(f"(cardinality(c.data_regions) = 0 OR {bind(region)} = ANY (c.data_regions))")
+    if status is not None:
+        clauses.append(f"c.status = {bind(status)}")
+    return clauses
+
+
 async def discover(
     conn: asyncpg.Connection | asyncpg.Pool,
     *,
@@ -171,10 +201,7 @@ async def discover(
         agent_filters.append(f"a.agent_id = {bind(agent)}")
     agent_filters.append(visible_agents_filter(viewer_tenant, bind))
     if healthy_only:
-        agent_filters.append(
-            "EXISTS (SELECT 1 FROM agent_instances i"
-            " WHERE i.tenant = a.tenant AND i.agent_id = a.agent_id AND i.expires_at > now())"
-        )
+        agent_filters.append(HAS_LIVE_INSTANCE)
     version_filters = [IN_FORCE]
     if skill is not None:
         if skill.endswith("*"):
@@ -182,15 +209,7 @@ async def discover(
         else:
             version_filters.append(f"c.skill_id = {bind(skill)}")
 
-    content_filters = []
-    if tags:
-        content_filters.append(f"c.tags @> {bind(list(tags))}::text[]")
-    if side_effect_max is not None:
-        content_filters.append(f"c.side_effect_rank <= {bind(side_effect_max)}")
-    if region is not None:
-        content_filters.append(f"(cardinality(c.data_regions) = 0 OR {bind(region)} = ANY (c.data_regions))")
-    if status is not None:
-        content_filters.append(f"c.status = {bind(status)}")
+    content_filters = content_filter(bind, tags=tags, side_effect_max=side_effect_max, region=region, status=status)
 
     # Both shapes walk agents in primary-key order and, per agent, its versions through an index
     # in page order (capability_versions_order, capability_versions_all_order), so a page stops

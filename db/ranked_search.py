@@ -13,7 +13,15 @@ from typing import Any
 import asyncpg
 
 from db.agents import HEALTH_SQL, LIVE_INSTANCES_SQL
-from db.capabilities import IN_FORCE, LEASE_UNTIL_SQL, PUBLIC_COLUMNS, _like_escape, visible_agents_filter
+from db.capabilities import (
+    HAS_LIVE_INSTANCE,
+    IN_FORCE,
+    LEASE_UNTIL_SQL,
+    PUBLIC_COLUMNS,
+    _like_escape,
+    content_filter,
+    visible_agents_filter,
+)
 
 # At most this many lexicon words one deletion away are considered per query word (common short
 # stems can collide with many); the caller keeps those within one typing error.
@@ -101,19 +109,10 @@ async def ranked(
             key_filters.append(f"c.skill_id = {bind(skill)}")
     agent_filters = [visible_agents_filter(viewer_tenant, bind)]
     if healthy_only:
-        agent_filters.append(
-            "EXISTS (SELECT 1 FROM agent_instances i"
-            " WHERE i.tenant = a.tenant AND i.agent_id = a.agent_id AND i.expires_at > now())"
-        )
-    content_filters = ["c.search_vector @@ t.any_q"]
-    if tags:
-        content_filters.append(f"c.tags @> {bind(list(tags))}::text[]")
-    if side_effect_max is not None:
-        content_filters.append(f"c.side_effect_rank <= {bind(side_effect_max)}")
-    if region is not None:
-        content_filters.append(f"(cardinality(c.data_regions) = 0 OR {bind(region)} = ANY (c.data_regions))")
-    if status is not None:
-        content_filters.append(f"c.status = {bind(status)}")
+        agent_filters.append(HAS_LIVE_INSTANCE)
+    content_filters = ["c.search_vector @@ t.any_q"] + content_filter(
+        bind, tags=tags, side_effect_max=side_effect_max, region=region, status=status
+    )
 
     matched = " + ".join(f"(c.search_vector @@ t.w{i})::int" for i in range(words))
     head = " + ".join(f"(c.search_vector @@ t.h{i})::int" for i in range(words))
