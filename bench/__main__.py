@@ -910,6 +910,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop(baseline_proc)
         registry.stop()
+        # A 5xx is a defect, not a load effect: keep the server's log beside the results to read it.
+        if any(str(code).startswith("5") for r in results for code in r.statuses):
+            args.out.mkdir(parents=True, exist_ok=True)
+            kept = args.out / "serve.log"
+            shutil.copyfile(home / "serve.log", kept)
+            print(f"a scenario had 5xx answers; the server's log is kept in {kept}", flush=True)
         shutil.rmtree(home, ignore_errors=True)
 
     report = {

@@ -41,8 +41,8 @@ async def content_hashes(conn: asyncpg.Connection, tenant: str, agent_id: str) -
 
 
 async def insert_versions(conn: asyncpg.Connection, rows: list[dict[str, Any]]) -> None:
-    """Insert new capability versions (rows with the same keys) in one pipelined round trip, and
-    their words into the search lexicon."""
+    """Insert new capability versions (rows with the same keys) in one pipelined round trip. Their
+    words go into the search lexicon once per batch (db.group_commit, WriteScope.index_words)."""
     if not rows:
         return
     columns = list(rows[0])
@@ -51,15 +51,17 @@ async def insert_versions(conn: asyncpg.Connection, rows: list[dict[str, Any]]) 
         f"INSERT INTO capability_versions ({', '.join(columns)}) VALUES ({placeholders})",
         [tuple(row[column] for column in columns) for row in rows],
     )
-    await add_search_words(conn, [row["search_text"] for row in rows])
 
 
 async def add_search_words(conn: asyncpg.Connection, texts: list[str]) -> None:
     """Add the lexicon words of `texts` that are new (capreg_lexicon_words, migration 0008).
 
-    One statement, words in sorted order: concurrent publishers that share words take the rows'
-    locks in the same order and cannot deadlock; words already known take no lock at all.
+    Called once per batch transaction, after its writes (db.group_commit): one statement, words in
+    sorted order, so concurrent batches that share new words take the rows' locks in the same order
+    and cannot deadlock on them; words already known take no lock at all.
     """
+    if not texts:
+        return
     await conn.execute(
         """INSERT INTO search_words (word, variants)
            SELECT w, capreg_one_deletions(w)

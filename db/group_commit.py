@@ -20,7 +20,8 @@ carry text PostgreSQL would refuse (db.audit_events escapes it when an event is 
 caused by such a value is still recorded). Should the batch fail all the same after its writes (a
 deadlock on the writes' own locks, a head append, the commit, the shared insert of single-row
 writes), nothing of it was acknowledged: each request is then run again alone, in its own
-transaction, so whatever failed fails only its own request.
+transaction, so whatever failed fails only its own request; a write alone that PostgreSQL picks as
+a deadlock's victim is run again (up to _ATTEMPTS_ALONE times), since the victim is rolled back whole.
 """
 
 from __future__ import annotations
@@ -36,12 +37,14 @@ import asyncpg
 from db.audit import append_events
 from db.audit_events import AuditEvent, event_chains
 from db.batching import BatchQueue
+from db.capabilities import add_search_words
 from db.changes import record_changes
 
 log = logging.getLogger("capreg.db")
 
 T = TypeVar("T")
 _RETRY_ALONE = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
+_ATTEMPTS_ALONE = 3  # a write alone that is a deadlock's victim again and again fails after this many
 
 
 def _outcome_unknown(exc: Exception) -> bool:
@@ -59,12 +62,17 @@ class WriteScope:
         self.conn = conn
         self.events: list[AuditEvent] = []
         self.changes: list[tuple[str, str, str, str]] = []
+        self.search_texts: list[str] = []
 
     def audit(self, *events: AuditEvent) -> None:
         self.events.extend(events)
 
     def change(self, kind: str, tenant: str, agent_id: str, ref: str) -> None:
         self.changes.append((kind, tenant, agent_id, ref))
+
+    def index_words(self, *texts: str) -> None:
+        """Add the words of `texts` to the search lexicon, once for the whole batch (see _execute)."""
+        self.search_texts.extend(texts)
 
 
 Write = Callable[[WriteScope], Awaitable[Any]]
@@ -138,11 +146,16 @@ class GroupCommit(BatchQueue["Write | RowInsert | list[AuditEvent]"]):
         finally:
             self._slots.release()
 
-    async def _commit(self, batch: list[tuple[Write, asyncio.Future]]) -> None:
+    async def _commit(self, batch: list[tuple[Write, asyncio.Future]], attempt: int = 1) -> None:
         try:
             async with self.pool.acquire() as conn:
                 outcomes = await self._execute(conn, batch)
         except Exception as exc:
+            if len(batch) == 1 and isinstance(exc, _RETRY_ALONE) and attempt < _ATTEMPTS_ALONE:
+                # PostgreSQL chose this transaction as a deadlock's victim and rolled it back whole;
+                # the other one goes on, so the same write run again succeeds (nothing was answered).
+                await asyncio.sleep(0.005 * attempt)
+                return await self._commit(batch, attempt + 1)
             if len(batch) == 1 or _outcome_unknown(exc):
                 raise
             # Nothing of the batch was acknowledged, and nothing of it is durable: run each alone.
@@ -167,6 +180,7 @@ class GroupCommit(BatchQueue["Write | RowInsert | list[AuditEvent]"]):
         outcomes = []
         events: list[AuditEvent] = []
         changes: list[tuple[str, str, str, str]] = []
+        search_texts: list[str] = []
         inserts: dict[tuple[str, tuple[str, ...]], list[tuple]] = {}
         async with conn.transaction():
             for write, future in batch:
@@ -195,9 +209,14 @@ class GroupCommit(BatchQueue["Write | RowInsert | list[AuditEvent]"]):
                 outcomes.append((future, True, value))
                 events += scope.events
                 changes += scope.changes
+                search_texts += scope.search_texts
             for (table, columns), rows in inserts.items():
                 placeholders = ", ".join(f"${n}" for n in range(1, len(columns) + 1))
                 await conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({placeholders})", rows)
+            # New lexicon words in one sorted statement per batch, after every write: two batches
+            # that share new words then lock them in the same order (one statement per write did
+            # not: batch A's first write took "c" while B's took "b", then each wanted the other's).
+            await add_search_words(conn, search_texts)
             # The heads, last and in a fixed order: change feed, then the audit chains.
             await record_changes(conn, changes)
             await append_events(conn, events)

@@ -465,6 +465,7 @@ async def apply_registration(
         row["baseline"] = candidate.baseline if candidate else None
         rows.append(row)
     await capability_queries.insert_versions(conn, rows)
+    scope.index_words(*(row["search_text"] for row in rows))
     for skill in new_skills:
         ref = capability_ref(tenant, agent_id, skill.skill.id, skill.skill.version)
         published_event = event("version.published", ref, sorted(set(skill.skill.scopes)))

@@ -51,7 +51,7 @@ def test_the_benchmark_runs_end_to_end_at_a_tiny_size(tmp_path):
         "--agents",
         "20",
         "--duration",
-        "1",
+        "0.5",
         "--connections",
         "8",
         "--out",
@@ -62,10 +62,13 @@ def test_the_benchmark_runs_end_to_end_at_a_tiny_size(tmp_path):
     started = time.monotonic()
     run = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert time.monotonic() - started < 60
+    assert time.monotonic() - started < 90, "the benchmark at its smallest should take well under a minute"
     [path] = list(tmp_path.glob("*.json"))
     report = json.loads(path.read_text())
     results = {r["name"]: r for r in report["results"]}
+    # The bench keeps the server's log when any answer was a 5xx: no scenario may cause one.
+    server_log = tmp_path / "serve.log"
+    assert not server_log.exists(), server_log.read_text()[-6000:]
     assert results["register_agents"]["requests"] == 20
     for name in (
         "baseline",
