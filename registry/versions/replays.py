@@ -18,7 +18,7 @@ from db import capabilities as capability_queries
 from db import replays as replay_queries
 from db.audit_events import AuditEvent
 from db.group_commit import WriteScope
-from registry.agents.registration import bounded
+from registry.core.bounded_checks import bounded
 from registry.core.problems import ErrorItem, ProblemError, invalid_request, refused
 from registry.core.records import PublicCapability, capability_ref
 from registry.core.refusals import REFUSED, refuse

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from registry.versions.compatibility import BreakingChange, check_compatibility
+from registry.versions.compatibility.breaking_change import BreakingChange
+from registry.versions.compatibility.verdict import check_compatibility
 
 
 def inp(schema: Any, **fields: Any) -> dict[str, Any]:
