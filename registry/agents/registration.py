@@ -327,7 +327,7 @@ async def apply_registration(
             "signature_required",
             "this agent was registered with a publisher signature: every later registration must be signed too",
         )
-    agent_changed = created or (
+    agent_changed = existing is None or (
         existing["card_hash"] != prepared.card_hash
         or existing["visibility"] != fields["visibility"]
         or list(existing["shared_with"]) != fields["shared_with"]
@@ -366,15 +366,18 @@ async def apply_registration(
         raise ProblemError(409, "version_conflict", "published versions are immutable", errors=conflicts)
     candidates: dict[tuple[str, str], CandidateRef] = {}
     if new_skills:
-        stored = await capability_queries.version_contracts(conn, tenant, agent_id)
-        candidates = candidate_baselines(stored, new_skills)
-        existing, new = _compatibility_inputs(stored, prepared, new_skills)
+        stored_versions = await capability_queries.version_contracts(conn, tenant, agent_id)
+        candidates = candidate_baselines(stored_versions, new_skills)
+        existing_contracts, new_contracts = _compatibility_inputs(stored_versions, prepared, new_skills)
         verdict = prepared.verdict
-        if verdict is not None and verdict.existing == existing and verdict.new == new:
+        if verdict is not None and verdict.existing == existing_contracts and verdict.new == new_contracts:
             breaking = verdict.breaking
         else:  # published versions changed since `check_compatibility_ahead` (or it did not run)
             breaking = await bounded(
-                incompatibilities, existing, new, what="comparing the new versions with the published ones"
+                incompatibilities,
+                existing_contracts,
+                new_contracts,
+                what="comparing the new versions with the published ones",
             )
         if breaking:
             raise ProblemError(
@@ -393,16 +396,16 @@ async def apply_registration(
     await capability_queries.insert_versions(conn, rows)
     scope.index_words(*(row["search_text"] for row in rows))
     for skill in new_skills:
-        ref = capability_ref(tenant, agent_id, skill.skill.id, skill.skill.version)
-        published_event = event("version.published", ref, sorted(set(skill.skill.scopes)))
+        version_ref = capability_ref(tenant, agent_id, skill.skill.id, skill.skill.version)
+        published_event = event("version.published", version_ref, sorted(set(skill.skill.scopes)))
         if (skill.skill.id, skill.skill.version) in candidates:
             # Not announced: the feed's readers may not see a candidate. The change still moves the
             # sequence, so every cache (the owner's exact reads among them) is dropped.
             scope.audit(msgspec.structs.replace(published_event, reason="candidate"))
-            scope.change(CANDIDATE_CHANGE, tenant, agent_id, ref)
+            scope.change(CANDIDATE_CHANGE, tenant, agent_id, version_ref)
         else:
             scope.audit(published_event)
-            scope.change("version.published", tenant, agent_id, ref)
+            scope.change("version.published", tenant, agent_id, version_ref)
     if prepared.body is not None:
         await signature_queries.record_registration(conn, tenant, agent_id, prepared.body, prepared.publisher_kid)
     if prepared.body_hash is not None:

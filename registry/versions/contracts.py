@@ -35,7 +35,7 @@ def schema_errors(schema: Any, path: str, *, must_be_object: bool) -> list[Error
     try:
         compile_schema(schema)
     except SchemaRejected as rejected:
-        return [ErrorItem(path=path + e.path, message=e.message) for e in rejected.errors]
+        return [ErrorItem(path=path + (e.path or ""), message=e.message) for e in rejected.errors]
     if must_be_object and schema.get("type") != "object":
         return [ErrorItem(path=path + "/type", message='inputSchema must describe an object ("type": "object")')]
     return []
