@@ -250,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database-url", help="create a fresh database on this PostgreSQL server (default: embedded)")
     parser.add_argument("--plans", action="store_true", help="print the full plans too")
     parser.add_argument("--json", type=Path, help="write the report (with plans) to this file")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the database (its name is printed) for EXPLAIN by hand"
+    )
     args = parser.parse_args(argv)
     target = 10_000 if args.quick else args.versions
     from bench.__main__ import create_database, drop_database
@@ -266,8 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = asyncio.run(run(dsn, target))
     finally:
-        if name is not None:
+        if name is not None and not args.keep:
             drop_database(args.database_url, name)
+        elif name is not None:
+            print(f"kept database {name}")
         del embedded
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))

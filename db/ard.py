@@ -18,7 +18,7 @@ import msgspec
 
 from db.agents import HEALTH_SQL, LIVE_INSTANCES_SQL
 from db.capabilities import LEASE_UNTIL_SQL, latest_in_force, visible_agents_filter
-from db.ranked_search import WordQueries, score_sql, terms_sql
+from db.ranked_search import WordQueries, match_sql, score_sql, terms_sql
 
 A2A_CARD_TYPE = "application/a2a-agent-card+json"
 SIDE_EFFECT_NAMES = ("none", "idempotent", "write", "destructive")  # by rank
@@ -93,37 +93,46 @@ def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text
     if where.health is not None:
         agent_filters.append(f"{HEALTH_SQL} = ANY ({bind(list(where.health))}::text[])")
 
+    match, relevance = "true", "0"
     sources = "agents a"
     prelude = ""
-    score = "0"
-    entry_filters = []
     if text is not None:
-        score = f"max({score_sql(text, 'l')}) FILTER (WHERE l.search_vector @@ t.any_q)"
-        entry_filters.append("bool_or(l.search_vector @@ t.any_q)")
+        match = "l.search_vector @@ t.any_q"
+        relevance = f"CASE WHEN l.search_vector @@ t.any_q THEN {score_sql(text, 'l')} ELSE 0 END"
         prelude = f"""t AS MATERIALIZED ({terms_sql(bind, text)}),
         hits AS MATERIALIZED (
             SELECT DISTINCT c.tenant, c.agent_id FROM capability_versions c, t
-             WHERE c.search_vector @@ t.any_q AND {latest_in_force("c")}), """
+             WHERE {match_sql(bind, text)} AND {latest_in_force("c")}), """
         sources = "hits h JOIN agents a ON a.tenant = h.tenant AND a.agent_id = h.agent_id CROSS JOIN t"
+
+    entry_filters = ["s.text_match"]
+    aggregates = []
     if where.tags is not None:
-        entry_filters.append(f"bool_or(l.tags && {bind(list(where.tags))}::text[])")
+        aggregates.append(f"bool_or(l.tags && {bind(list(where.tags))}::text[]) AS has_tag")
+        entry_filters.append("s.has_tag")
     if where.capabilities is not None:
-        entry_filters.append(f"bool_or(l.skill_id = ANY ({bind(list(where.capabilities))}::text[]))")
+        aggregates.append(f"bool_or(l.skill_id = ANY ({bind(list(where.capabilities))}::text[])) AS has_capability")
+        entry_filters.append("s.has_capability")
     if where.side_effect_max is not None:
-        entry_filters.append(f"max(l.side_effect_rank) <= {bind(where.side_effect_max)}")
+        entry_filters.append(f"s.side_effect_rank <= {bind(where.side_effect_max)}")
     if where.regions is not None:
-        entry_filters.append(
-            f"bool_or(cardinality(l.data_regions) = 0 OR l.data_regions && {bind(list(where.regions))}::text[])"
+        aggregates.append(
+            f"bool_or(cardinality(l.data_regions) = 0 OR l.data_regions && {bind(list(where.regions))}::text[]) AS has_region"
         )
-    having = f"HAVING {' AND '.join(entry_filters)}" if entry_filters else ""
+        entry_filters.append("s.has_region")
+    # Per agent, its marked rows through capability_versions_latest_agent (no sort, no DISTINCT ON):
+    # aggregated where they are read, so no statement-wide sort or spill.
     return f"""{prelude}matched AS (
-        SELECT a.tenant, a.agent_id, array_agg(l.skill_id ORDER BY l.skill_id) AS capabilities,
-               max(l.side_effect_rank) AS side_effect_rank, {score} AS score
+        SELECT a.tenant, a.agent_id, s.capabilities, s.side_effect_rank, s.score
           FROM {sources}
-          JOIN capability_versions l ON l.tenant = a.tenant AND l.agent_id = a.agent_id AND {latest_in_force("l")}
-         WHERE {" AND ".join(agent_filters)}
-         GROUP BY a.tenant, a.agent_id
-         {having}
+         CROSS JOIN LATERAL (
+               SELECT array_agg(l.skill_id ORDER BY l.skill_id) AS capabilities,
+                      max(l.side_effect_rank) AS side_effect_rank,
+                      max({relevance}) FILTER (WHERE {match}) AS score,
+                      bool_or({match}) AS text_match{"".join(", " + x for x in aggregates)}
+                 FROM capability_versions l
+                WHERE l.tenant = a.tenant AND l.agent_id = a.agent_id AND {latest_in_force("l")}) s
+         WHERE {" AND ".join(agent_filters + entry_filters)}
     )"""
 
 
@@ -216,9 +225,9 @@ async def entry_rows(conn: asyncpg.Connection, keys: Sequence[tuple[str, str]]) 
 def _facet_groups(field: str, publisher: str) -> str:
     def per_entry(column: str) -> str:  # each value once per entry, over its latest versions
         return (
-            f"SELECT v AS value, count(DISTINCT (m.tenant, m.agent_id)) AS n FROM matched m"
-            f" JOIN capability_versions l ON l.tenant = m.tenant AND l.agent_id = m.agent_id AND {latest_in_force('l')}"
-            f" CROSS JOIN unnest(l.{column}) v GROUP BY v"
+            f"SELECT v AS value, count(*) AS n FROM matched m CROSS JOIN LATERAL (SELECT DISTINCT v FROM"
+            f" capability_versions l CROSS JOIN unnest(l.{column}) v"
+            f" WHERE l.tenant = m.tenant AND l.agent_id = m.agent_id AND {latest_in_force('l')}) x GROUP BY v"
         )
 
     return {

@@ -287,5 +287,13 @@ async def test_latest_marker_follows_the_clock_and_lifecycle(client, mint, tenan
     base = f"/v1/agents/{tenant}/maker/skills/widget.make/versions"
     assert (await client.post(f"{base}/1.2.0/retire", headers=admin)).status_code == 200
     assert await versions(q="widget") == await versions() == ["1.1.0"]
+    # a pre-release is never the latest while a release is in force
+    await publish(
+        client,
+        mint,
+        tenant,
+        {"maker": agent(first, {**first, "version": "1.1.0", "effectiveAt": soon}, {**first, "version": "1.3.0-rc.1"})},
+    )
+    assert await versions(q="widget") == await versions() == ["1.1.0"]
     ard = await client.post("/ard/search", json={"query": {"text": "widget"}})
     assert ard.status_code == 200 and len(ard.json()["results"]) >= 1
