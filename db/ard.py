@@ -69,11 +69,8 @@ def _like(text: str) -> str:
     return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text: TextMatch | None) -> str:
-    """`matched` (one row per entry: tenant, agent_id, capabilities, side_effect_rank, score) as WITH
-    items. An entry's skills are the latest in-force versions (db.capabilities.latest_in_force: rows
-    the latest marker holds, read through its partial indexes), grouped per agent in one pass; with
-    text, only agents with a matching latest version (the partial GIN index) are candidates."""
+def _agent_filters(bind: Bind, viewer_tenant: str | None, where: EntryFilter) -> list[str]:
+    """The conditions on agent row `a`: visibility (discovery's) and the filters on agent fields."""
     agent_filters = [visible_agents_filter(viewer_tenant, bind)]
     if where.agent is not None:
         agent_filters.append(f"a.tenant = {bind(where.agent[0])} AND a.agent_id = {bind(where.agent[1])}")
@@ -92,6 +89,15 @@ def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text
         agent_filters.append(f"a.created_at > {bind(where.created_after)}")
     if where.health is not None:
         agent_filters.append(f"{HEALTH_SQL} = ANY ({bind(list(where.health))}::text[])")
+    return agent_filters
+
+
+def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text: TextMatch | None) -> str:
+    """`matched` (one row per entry: tenant, agent_id, capabilities, side_effect_rank, score) as WITH
+    items. An entry's skills are the latest in-force versions (db.capabilities.latest_in_force: rows
+    the latest marker holds, read per agent through capability_versions_latest_agent); with
+    text, only agents with a matching latest version (the partial GIN index) are candidates."""
+    agent_filters = _agent_filters(bind, viewer_tenant, where)
 
     match, relevance = "true", "0"
     sources = "agents a"
@@ -184,7 +190,60 @@ async def identifier_page(
     after: str | None,
     limit: int,
 ) -> list[asyncpg.Record]:
-    """Entries in identifier order (`urn:air:{publisher}:{agentId}`, bytewise): (tenant, agent_id, identifier)."""
+    """Entries in identifier order (`urn:air:{publisher}:{agentId}`, bytewise): (tenant, agent_id, identifier).
+
+    Bounded by the page, not the registry: an identifier is its tenant's prefix
+    (`urn:air:{publisher}:`, which holds no `:` but its last) and the agent id, so identifier order
+    is prefix order, then agent ids bytewise within a tenant. Each tenant (found by a loose index
+    scan of agents_pkey) contributes at most `limit` entries read in order through
+    agents_identifier_order, from where `after` leaves it; the page is the first `limit` of those.
+    Filters on skills (tags, capabilities, side effect, regions) take the matched set instead."""
+    if any(v is not None for v in (where.tags, where.capabilities, where.side_effect_max, where.regions)):
+        return await _identifier_page_matched(
+            conn, viewer_tenant=viewer_tenant, where=where, configured=configured, after=after, limit=limit
+        )
+    query = Query()
+    agent_filters = _agent_filters(query.bind, viewer_tenant, where)
+    publisher = publisher_sql("t.tenant", query.bind, configured)
+    start = query.bind(after if after is not None else "")
+    n = query.bind(limit)
+    sql = f"""WITH RECURSIVE tenants AS (
+            (SELECT a.tenant FROM agents a ORDER BY a.tenant LIMIT 1)
+            UNION ALL
+            SELECT (SELECT a.tenant FROM agents a WHERE a.tenant > t.tenant ORDER BY a.tenant LIMIT 1)
+              FROM tenants t WHERE t.tenant IS NOT NULL),
+        prefixes AS (
+            SELECT p.tenant, p.prefix,
+                   CASE WHEN left({start}, length(p.prefix)) = p.prefix THEN substr({start}, length(p.prefix) + 1)
+                        ELSE '' END COLLATE "C" AS after_id
+              FROM (SELECT t.tenant, ('urn:air:' || {publisher} || ':') COLLATE "C" AS prefix
+                      FROM tenants t WHERE t.tenant IS NOT NULL) p
+             WHERE p.prefix > {start} OR left({start}, length(p.prefix)) = p.prefix)
+        SELECT e.tenant, e.agent_id, e.identifier
+          FROM prefixes p
+         CROSS JOIN LATERAL (
+               SELECT a.tenant, a.agent_id, (p.prefix || a.agent_id) COLLATE "C" AS identifier
+                 FROM agents a
+                WHERE a.tenant = p.tenant AND a.agent_id COLLATE "C" > p.after_id
+                  AND {" AND ".join(agent_filters)}
+                  AND EXISTS (SELECT 1 FROM capability_versions l
+                               WHERE l.tenant = a.tenant AND l.agent_id = a.agent_id AND {latest_in_force("l")})
+                ORDER BY a.agent_id COLLATE "C"
+                LIMIT {n}) e
+         ORDER BY e.identifier
+         LIMIT {n}"""
+    return await conn.fetch(sql, *query.params)
+
+
+async def _identifier_page_matched(
+    conn: asyncpg.Connection,
+    *,
+    viewer_tenant: str | None,
+    where: EntryFilter,
+    configured: dict[str, str],
+    after: str | None,
+    limit: int,
+) -> list[asyncpg.Record]:
     query = Query()
     ctes = matched_ctes(query.bind, viewer_tenant, where, None)
     publisher = publisher_sql("m.tenant", query.bind, configured)

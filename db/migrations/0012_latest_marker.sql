@@ -9,3 +9,6 @@ ALTER TABLE capability_versions ADD COLUMN latest_until timestamptz;
 CREATE INDEX capability_versions_latest_search ON capability_versions USING gin (search_vector)
     WITH (fastupdate = off) WHERE latest;
 CREATE INDEX capability_versions_latest_agent ON capability_versions (tenant, agent_id, skill_id) WHERE latest;
+
+-- ARD's list pages in identifier order: per tenant, agent ids bytewise (db.ard.identifier_page).
+CREATE INDEX agents_identifier_order ON agents (tenant, agent_id COLLATE "C");
