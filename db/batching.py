@@ -1,8 +1,9 @@
 """The queue behind every batched write (db.group_commit, db.leases): requests enqueue an item and
 await its future; one task cuts the queue into batches of at most `max_batch` and runs up to
 `concurrency` of them at once (one writes while another waits for its commit to be durable).
-Subclasses say how a batch is written (`_settle`), and must release the slot it was given, and may
-put items in lanes (`_lane`): a batch holds items of one lane only (the audit chains they lock)."""
+Subclasses say how a batch is written (`_commit`; `_settle` fails what it left unsettled and releases
+the slot), and may put items in lanes (`_lane`): a batch holds items of one lane only (the audit
+chains they lock)."""
 
 from __future__ import annotations
 
@@ -77,5 +78,27 @@ class BatchQueue(Generic[Item]):
         return batch
 
     async def _settle(self, batch: list[tuple[Item, asyncio.Future]]) -> None:
-        """Write `batch`, settle every future, and release the slot (`self._slots.release()`)."""
+        """Write `batch` (`_commit`), fail every future it left unsettled with the error that stopped
+        it, and release the slot: a failed batch never stops the queue."""
+        try:
+            await self._commit(batch)
+        except Exception as exc:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+        finally:
+            self._slots.release()
+
+    async def _commit(self, batch: list[tuple[Item, asyncio.Future]]) -> None:
+        """Write `batch` and settle the futures of what it wrote; raise if it could not."""
         raise NotImplementedError
+
+    async def _commit_each_alone(self, batch: list[tuple[Item, asyncio.Future]]) -> None:
+        """After `batch` failed whole: each item written alone (`_commit`), so that one item can never
+        fail another; an item that fails alone fails with its own error."""
+        for item in batch:
+            try:
+                await self._commit([item])
+            except Exception as exc:
+                if not item[1].done():
+                    item[1].set_exception(exc)

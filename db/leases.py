@@ -43,28 +43,16 @@ class LeaseRenewals(BatchQueue[LeaseRenewal]):
         INSTANCE_LIMIT when it is a new instance beyond the agent's maximum (nothing written)."""
         return await self._enqueue(renewal)
 
-    async def _settle(self, batch: list[tuple[LeaseRenewal, asyncio.Future]]) -> None:
-        try:
-            try:
-                await self._commit(batch)
-            except Exception:
-                if len(batch) == 1:
-                    raise
-                log.warning("lease batch of %d failed; renewing each alone", len(batch), exc_info=True)
-                for item in batch:
-                    try:
-                        await self._commit([item])
-                    except Exception as exc:
-                        if not item[1].done():
-                            item[1].set_exception(exc)
-        except Exception as exc:
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-        finally:
-            self._slots.release()
-
     async def _commit(self, batch: list[tuple[LeaseRenewal, asyncio.Future]]) -> None:
+        try:
+            await self._renew(batch)
+        except Exception:
+            if len(batch) == 1:
+                raise
+            log.warning("lease batch of %d failed; renewing each alone", len(batch), exc_info=True)
+            await self._commit_each_alone(batch)
+
+    async def _renew(self, batch: list[tuple[LeaseRenewal, asyncio.Future]]) -> None:
         # One row per instance (the last heartbeat wins); every request for it gets the same answer.
         latest: dict[tuple[str, str, str], LeaseRenewal] = {}
         for renewal, future in batch:

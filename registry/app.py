@@ -16,7 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from db.embedded import resolve_database_url
 from db.migrate import apply_migrations
 from db.pool import create_pool
-from registry.agents import a2a_rpc_routes as a2a_rpc
+from registry.a2a import routes as a2a_rpc
 from registry.agents import publisher_routes as publisher
 from registry.agents import routes as agents
 from registry.ard import routes as ard

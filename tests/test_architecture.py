@@ -117,19 +117,19 @@ def test_no_new_import_cycle_between_contexts():
             context_of(t) for t in targets if context_of(t) != context_of(name) and t not in root
         )
     assert cycle_edges(contexts) <= KNOWN_CONTEXT_CYCLES, sorted(cycle_edges(contexts) - KNOWN_CONTEXT_CYCLES)
+    assert KNOWN_CONTEXT_CYCLES <= cycle_edges(contexts), sorted(KNOWN_CONTEXT_CYCLES - cycle_edges(contexts))
 
 
-# Context cycles still to untangle (issue 19's remaining work): agents, release and versions call each
-# other (release and the MCP tools build cards with agents.cards; versions' routes and the replay
-# gate reuse registration's helpers; the fixture checks and the judge use release's validation; the
-# JSON-RPC route serves release's extended card). A new cycle fails; removing one of these means
-# removing it here too.
+# Context cycles still to untangle (issue 19's remaining work), all through release: release builds
+# cards with agents.cards and signs them with agents.card_signing; agents registers through versions'
+# rules; versions' fixture checks and replay judge bound arguments by release.arguments.MAX_DEPTH; and
+# release resolves versions with versions.semver. Untangling them means moving what release uses of
+# agents (the card builders) and MAX_DEPTH below both. A new cycle fails, and so does an entry here
+# that is no longer a cycle (the ratchet only shrinks: remove it here too).
 KNOWN_CONTEXT_CYCLES = {
-    ("registry.agents", "registry.release"),
     ("registry.agents", "registry.versions"),
     ("registry.release", "registry.agents"),
     ("registry.release", "registry.versions"),
-    ("registry.versions", "registry.agents"),
     ("registry.versions", "registry.release"),
 }
 

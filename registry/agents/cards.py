@@ -24,7 +24,7 @@ CAPREG_FIXTURES_META = "dev.capreg/fixtures"
 CAPREG_SECURITY_SCHEME = "capreg"
 PUBLIC_PROTOCOL_BINDING = "HTTP+JSON"
 PUBLIC_PROTOCOL_VERSION = "1.0"
-# The registry also answers A2A's JSON-RPC binding at the same URL (registry.agents.a2a_rpc): the binding
+# The registry also answers A2A's JSON-RPC binding at the same URL (registry.a2a.rpc): the binding
 # a2a-sdk's default client speaks. HTTP+JSON stays first, as before.
 PUBLIC_PROTOCOL_BINDINGS = (PUBLIC_PROTOCOL_BINDING, "JSONRPC")
 

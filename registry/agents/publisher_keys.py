@@ -23,7 +23,7 @@ from db import signatures as signature_queries
 from db.audit_events import AuditEvent
 from db.group_commit import WriteScope
 from registry.agents.publisher_signatures import SIGNATURE_INVALID, SIGNATURE_REQUIRED, jwks_errors, verify_registration
-from registry.agents.registration import bounded
+from registry.core.bounded_checks import bounded
 from registry.core.problems import ErrorItem, ProblemError, invalid_request, not_found, refused
 from registry.core.records import AgentRegistration, agent_ref
 from registry.core.refusals import REFUSED, refuse

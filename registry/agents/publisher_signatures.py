@@ -10,7 +10,7 @@ Every input here is a registrant's: sizes are bounded before any work (signature
 lengths by the body's type, registry.core.records), the algorithm comes from an allow-list and must
 match the key's type (no `none`, no HS256 with a public key as its secret), a key is chosen by
 `kid` from the tenant's own set only (never by a URL in the header), and verification runs in a
-worker process (registry.agents.registration.bounded) because canonicalizing a 1 MiB body takes a while.
+worker process (registry.core.bounded_checks.bounded) because canonicalizing a 1 MiB body takes a while.
 """
 
 from __future__ import annotations

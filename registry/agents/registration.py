@@ -7,8 +7,7 @@ it in a worker process (registry.core.bounded_work); `apply_registration` writes
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 
@@ -21,26 +20,24 @@ from db.changes import CANDIDATE_CHANGE_KIND
 from db.group_commit import WriteScope
 from registry.agents.card_signing import CardNotCanonical, canonical_card
 from registry.agents.cards import a2a_card_dict, normalize_registration
-from registry.core.bounded_work import WorkFailed, WorkTimedOut, run_bounded
+from registry.core.bounded_checks import bounded
 from registry.core.problems import ErrorItem, ProblemError, invalid_request
 from registry.core.records import (
     SIDE_EFFECT_ORDER,
     AgentRegistration,
     SkillRegistration,
     agent_ref,
-    approval_required,
     capability_ref,
 )
-from registry.core.schema_guard import SchemaRejected, compile_schema
 from registry.core.wire import Wire
-from registry.versions.compatibility import BreakingChange, check_compatibility
+from registry.versions.compatibility.verdict import baseline, publish_verdict
+from registry.versions.contracts import parse_version, schema_errors, skill_content, skill_contract
 from registry.versions.fixtures import fixture_errors, fixtures_content
-from registry.versions.semver import InvalidVersion, Version, baseline, publish_verdict
+from registry.versions.semver import Version
 
 _encoder = msgspec.json.Encoder(order="sorted")
 # The change recorded for a new candidate (and its retirement): never shown by the feed (db.changes).
 CANDIDATE_CHANGE = CANDIDATE_CHANGE_KIND
-T = TypeVar("T")
 
 
 class VersionRef(Wire):
@@ -108,32 +105,6 @@ def registration_digest(body: bytes) -> str:
     return hashlib.sha256(_REGISTRATION_RULES.encode() + b"\0" + body).hexdigest()
 
 
-def schema_errors(schema: Any, path: str, *, must_be_object: bool) -> list[ErrorItem]:
-    """Why `schema` is not an acceptable JSON Schema 2020-12 document (empty when it is).
-
-    Checked and compiled by registry.core.schema_guard, the one place a registrant's schema is compiled:
-    nothing it says can make capreg fetch a URL or a file, and its patterns must be linear-time.
-    """
-    if not isinstance(schema, dict):
-        return [ErrorItem(path=path, message="a schema must be a JSON object")]
-    try:
-        compile_schema(schema)
-    except SchemaRejected as rejected:
-        return [ErrorItem(path=path + e.path, message=e.message) for e in rejected.errors]
-    if must_be_object and schema.get("type") != "object":
-        return [ErrorItem(path=path + "/type", message='inputSchema must describe an object ("type": "object")')]
-    return []
-
-
-def skill_content(skill: SkillRegistration) -> dict:
-    """The published content of a capability version, the thing that must never change."""
-    content = msgspec.to_builtins(skill)
-    content["requiresApproval"] = approval_required(skill.side_effect, skill.requires_approval)
-    if not content["fixtures"]:
-        del content["fixtures"]  # versions published before fixtures existed keep their hash
-    return content
-
-
 async def prepare_registration(registration: AgentRegistration) -> PreparedRegistration:
     """`prepare_registration_now` in a worker process (registry.core.bounded_work): schema compilation
     runs off the event loop, within a deadline (past it: 400 `invalid_request`)."""
@@ -152,38 +123,6 @@ def prepare_registration_outcome(registration: AgentRegistration) -> PreparedReg
         return error.detail, list(error.errors or [])
 
 
-async def bounded(function: Callable[..., T], *args: Any, what: str) -> T:
-    """`function(*args)` in a worker process (registry.core.bounded_work); past the deadline, or if the
-    worker dies, 400 `invalid_request` saying what took too long."""
-    try:
-        return await run_bounded(function, *args)
-    except WorkTimedOut as error:
-        raise invalid_request(
-            f"{what} {error}", [ErrorItem(path="", message=f"{what} {error}; simplify the schemas")]
-        ) from None
-    except WorkFailed as error:
-        raise invalid_request(f"{what} failed", [ErrorItem(path="", message=f"{what} failed: {error}")]) from None
-
-
-def checked_schemas(schemas: list[tuple[Any, str, bool]]) -> list[ErrorItem]:
-    """`schema_errors` for each (schema, path, must_be_object)."""
-    return [
-        error
-        for schema, path, must_be_object in schemas
-        for error in schema_errors(schema, path, must_be_object=must_be_object)
-    ]
-
-
-def compatibility_report(
-    old: Version, new: Version, old_contract: dict, new_contract: dict
-) -> tuple[list[BreakingChange], list[BreakingChange]]:
-    """For `POST /v1/compatibility`, in one worker call: every breaking change from `old_contract` to
-    `new_contract`, and those that would refuse publishing `new` after `old` (`publish_verdict`)."""
-    found = check_compatibility(old_contract, new_contract)
-    refusing = [change for _, _, change in publish_verdict(new, new_contract, [(old, old_contract)])]
-    return found, refusing
-
-
 def prepare_registration_now(registration: AgentRegistration) -> PreparedRegistration:
     """Parse, normalize, validate (schemas compiled) and hash a registration; ProblemError if invalid."""
     registration = normalize_registration(registration)
@@ -194,10 +133,9 @@ def prepare_registration_now(registration: AgentRegistration) -> PreparedRegistr
     prepared: list[PreparedSkill] = []
     for index, skill in enumerate(registration.skills):
         base = f"/skills/{index}"
-        try:
-            version = Version.parse(skill.version)
-        except InvalidVersion as exc:
-            errors.append(ErrorItem(path=f"{base}/version", message=f"not a semantic version (2.0): {exc}"))
+        version = parse_version(skill.version, f"{base}/version")
+        if isinstance(version, ErrorItem):
+            errors.append(version)
             continue
         key = (skill.id, str(version))
         if key in seen:
@@ -254,18 +192,6 @@ def _version_row(tenant: str, agent_id: str, prepared: PreparedSkill) -> dict[st
         "effective_at": skill.effective_at,
         "content_hash": prepared.content_hash,
         "search_text": _search_text(skill),
-    }
-
-
-def skill_contract(row: Any) -> dict[str, Any]:
-    """A stored version in the camelCase shape `registry.versions.compatibility.check_compatibility` reads."""
-    return {
-        "inputSchema": row["input_schema"],
-        "outputSchema": row["output_schema"],
-        "scopes": list(row["scopes"]),
-        "sideEffect": row["side_effect"],
-        "requiresApproval": row["requires_approval"],
-        "dataRegions": list(row["data_regions"]),
     }
 
 
@@ -401,7 +327,7 @@ async def apply_registration(
             "signature_required",
             "this agent was registered with a publisher signature: every later registration must be signed too",
         )
-    agent_changed = created or (
+    agent_changed = existing is None or (
         existing["card_hash"] != prepared.card_hash
         or existing["visibility"] != fields["visibility"]
         or list(existing["shared_with"]) != fields["shared_with"]
@@ -440,15 +366,18 @@ async def apply_registration(
         raise ProblemError(409, "version_conflict", "published versions are immutable", errors=conflicts)
     candidates: dict[tuple[str, str], CandidateRef] = {}
     if new_skills:
-        stored = await capability_queries.version_contracts(conn, tenant, agent_id)
-        candidates = candidate_baselines(stored, new_skills)
-        existing, new = _compatibility_inputs(stored, prepared, new_skills)
+        stored_versions = await capability_queries.version_contracts(conn, tenant, agent_id)
+        candidates = candidate_baselines(stored_versions, new_skills)
+        existing_contracts, new_contracts = _compatibility_inputs(stored_versions, prepared, new_skills)
         verdict = prepared.verdict
-        if verdict is not None and verdict.existing == existing and verdict.new == new:
+        if verdict is not None and verdict.existing == existing_contracts and verdict.new == new_contracts:
             breaking = verdict.breaking
         else:  # published versions changed since `check_compatibility_ahead` (or it did not run)
             breaking = await bounded(
-                incompatibilities, existing, new, what="comparing the new versions with the published ones"
+                incompatibilities,
+                existing_contracts,
+                new_contracts,
+                what="comparing the new versions with the published ones",
             )
         if breaking:
             raise ProblemError(
@@ -467,16 +396,16 @@ async def apply_registration(
     await capability_queries.insert_versions(conn, rows)
     scope.index_words(*(row["search_text"] for row in rows))
     for skill in new_skills:
-        ref = capability_ref(tenant, agent_id, skill.skill.id, skill.skill.version)
-        published_event = event("version.published", ref, sorted(set(skill.skill.scopes)))
+        version_ref = capability_ref(tenant, agent_id, skill.skill.id, skill.skill.version)
+        published_event = event("version.published", version_ref, sorted(set(skill.skill.scopes)))
         if (skill.skill.id, skill.skill.version) in candidates:
             # Not announced: the feed's readers may not see a candidate. The change still moves the
             # sequence, so every cache (the owner's exact reads among them) is dropped.
             scope.audit(msgspec.structs.replace(published_event, reason="candidate"))
-            scope.change(CANDIDATE_CHANGE, tenant, agent_id, ref)
+            scope.change(CANDIDATE_CHANGE, tenant, agent_id, version_ref)
         else:
             scope.audit(published_event)
-            scope.change("version.published", tenant, agent_id, ref)
+            scope.change("version.published", tenant, agent_id, version_ref)
     if prepared.body is not None:
         await signature_queries.record_registration(conn, tenant, agent_id, prepared.body, prepared.publisher_kid)
     if prepared.body_hash is not None:

@@ -89,6 +89,12 @@ def invalid_request(detail: str, errors: list[ErrorItem] | None = None) -> Probl
     return ProblemError(400, "invalid_request", detail, errors=errors)
 
 
+def unacceptable_value(exc: asyncpg.exceptions.DataError, what: str = "a request value") -> ProblemError:
+    """The caller's own 400 for a value PostgreSQL could not hold that no check caught (SQLSTATE class
+    22: a NUL in text, an out-of-range number); `what` names the value as the caller sent it."""
+    return invalid_request(f"{what} is not acceptable: {exc.__class__.__name__}")
+
+
 def not_found(detail: str = "no such resource") -> ProblemError:
     return ProblemError(404, "not_found", detail)
 
@@ -223,12 +229,12 @@ def problem_response(request: Request, error: ProblemError) -> Response:
             media_type="application/json",
             headers={**error.headers, "X-Trace-Id": trace_id},
         )
-    problem = problem_of(error, _trace_id(request))
+    trace_id = _trace_id(request)
     return Response(
-        content=msgspec.json.encode(problem),
+        content=msgspec.json.encode(problem_of(error, trace_id)),
         status_code=error.status,
         media_type=PROBLEM_MEDIA_TYPE,
-        headers={**error.headers, "X-Trace-Id": problem.trace_id},
+        headers={**error.headers, "X-Trace-Id": trace_id},
     )
 
 
@@ -320,10 +326,7 @@ def handle_exception(request: Request, exc: Exception) -> Response:
     if isinstance(exc, HTTPException):
         return problem_response(request, _from_http_exception(exc))
     if isinstance(exc, asyncpg.exceptions.DataError):
-        # SQLSTATE class 22: a value PostgreSQL cannot hold (a NUL in text, an out-of-range number).
-        return problem_response(
-            request, invalid_request(f"a request value is not acceptable: {exc.__class__.__name__}")
-        )
+        return problem_response(request, unacceptable_value(exc))
     if isinstance(exc, RecursionError):
         # msgspec gives up on JSON nested deeper than the interpreter's recursion limit.
         return problem_response(request, invalid_request("request body nests too deeply"))

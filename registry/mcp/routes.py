@@ -1,5 +1,5 @@
 """HTTP: `/mcp`, the Model Context Protocol endpoint (Streamable HTTP; the protocol and tools are in
-registry.mcp.server).
+registry.mcp.jsonrpc and registry.mcp.tools).
 
 The caller is authenticated here exactly as on every other endpoint: no Authorization header is an
 anonymous caller, a token that fails is 401 problem+json with WWW-Authenticate (before any JSON-RPC
@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import msgspec
 from litestar import Request, Response, post
 
-from registry.mcp.server import handle
+from registry.mcp.jsonrpc import handle
 from registry.state import registry_of, trace_id_of
 from registry.web.authentication import optional_caller
 

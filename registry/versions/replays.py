@@ -19,7 +19,7 @@ from db import capabilities as capability_queries
 from db import replays as replay_queries
 from db.audit_events import AuditEvent
 from db.group_commit import WriteScope
-from registry.agents.registration import bounded
+from registry.core.bounded_checks import bounded
 from registry.core.problems import ErrorItem, ProblemError, invalid_request, refused
 from registry.core.records import PublicCapability, capability_ref
 from registry.core.refusals import REFUSED, refuse
@@ -100,8 +100,8 @@ async def submit(
     refusal = check_attest(caller, tenant)
     if refusal is not None:
         raise await refusing(refused(refusal))
-    if (error := _exact(key)) is not None:
-        raise await refusing(error)
+    if (inexact := _exact(key)) is not None:
+        raise await refusing(inexact)
     subject = await capability_queries.replay_subject(registry.pool, tenant, agent_id, skill_id, version)
     if subject is None:
         raise await refusing(refused(NOT_FOUND))
@@ -164,9 +164,9 @@ async def submit(
     except ProblemError as error:
         raise await refusing(error) from None
     if failures:
-        error = replay_failed(failures)
-        error.audited = True  # type: ignore[attr-defined]  # recorded with the verdict
-        raise error
+        failed = replay_failed(failures)
+        failed.audited = True  # type: ignore[attr-defined]  # recorded with the verdict
+        raise failed
     rows = await capability_queries.skill_versions(registry.pool, tenant, agent_id, skill_id)
     return ReplayVerdict(verdict="passed", version=public_capability(next(r for r in rows if r["version"] == version)))
 

@@ -1,6 +1,6 @@
 """HTTP: versions (docs/api.md#lifecycle, #compatibility): the lifecycle (deprecate, retire; the
-service is registry.versions.lifecycle) and the compatibility check agents run in CI (the verdict publishing
-would give, registry.versions.semver.publish_verdict)."""
+service is registry.versions.lifecycle) and the compatibility check agents run in CI (the service is
+registry.versions.service: the verdict publishing would give)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import msgspec
 from litestar import Request, post
 from litestar.params import PathParameter
 
-from registry.agents.registration import bounded, checked_schemas, compatibility_report, skill_content
 from registry.core.date_times import check_date_time
-from registry.core.problems import ErrorItem, invalid_request, problem_responses
+from registry.core.problems import ErrorItem, problem_responses
 from registry.core.records import (
     AGENT_ID_PATTERN,
     SKILL_ID_PATTERN,
@@ -25,7 +24,7 @@ from registry.core.wire import Wire
 from registry.state import registry_of, trace_id_of
 from registry.versions import lifecycle
 from registry.versions.lifecycle import VersionKey
-from registry.versions.semver import InvalidVersion, Version
+from registry.versions.service import compare_skills
 from registry.web.authentication import authenticate
 from registry.web.request_guard import body_schema, read_body
 
@@ -113,44 +112,12 @@ async def retire(
 async def compatibility(request: Request) -> CompatibilityReport:
     await authenticate(request)
     data = await read_body(request, CompatibilityRequest)
-    problems: list[ErrorItem] = []
-    versions = {}
-    for side in ("old", "new"):
-        skill: SkillRegistration = getattr(data, side)
-        try:
-            versions[side] = Version.parse(skill.version)
-        except InvalidVersion as exc:
-            problems.append(ErrorItem(path=f"/{side}/version", message=f"not a semantic version (2.0): {exc}"))
-    # Schemas are compiled and compared off the event loop, within a deadline (registry.core.bounded_work).
-    problems += await bounded(
-        checked_schemas,
-        [
-            (schema, f"/{side}/{key}", key == "inputSchema")
-            for side in ("old", "new")
-            for key, schema in (
-                ("inputSchema", getattr(data, side).input_schema),
-                ("outputSchema", getattr(data, side).output_schema),
-            )
-        ],
-        what="checking the schemas",
+    comparison = await compare_skills(data.old, data.new)
+    return CompatibilityReport(
+        compatible=not comparison.refusing,
+        errors=[ErrorItem(path=c.path, kind=c.kind, message=c.message) for c in comparison.refusing],
+        breaking_changes=[ErrorItem(path=c.path, kind=c.kind, message=c.message) for c in comparison.found],
     )
-    if problems:
-        raise invalid_request("both skills must be valid registrations", problems)
-
-    old, new = versions["old"], versions["new"]
-    if new <= old:
-        raise invalid_request(
-            "new must be a higher version than old",
-            [ErrorItem(path="/new/version", message=f"{new} is not above {old}")],
-        )
-    # The verdict publishing would give (one definition: `publish_verdict`), not a second opinion;
-    # computed off the event loop, within a deadline.
-    found_changes, refusing_changes = await bounded(
-        compatibility_report, old, new, skill_content(data.old), skill_content(data.new), what="comparing the skills"
-    )
-    found = [ErrorItem(path=c.path, kind=c.kind, message=c.message) for c in found_changes]
-    refusing = [ErrorItem(path=c.path, kind=c.kind, message=c.message) for c in refusing_changes]
-    return CompatibilityReport(compatible=not refusing, errors=refusing, breaking_changes=found)
 
 
 ROUTES = [deprecate, retire, compatibility]

@@ -5,8 +5,6 @@ Owns:
   bytewise order (PostgreSQL `COLLATE "C"`) is semver precedence, for an indexed column.
 - `parse_range` / `VersionRange`: npm-style ranges (exact, `^`, `~`, comparator sets, `*`).
 - `resolve`: answering `latest`, an exact version or a range from a set of versions.
-- `publish_verdict`: which releases a new one is checked against, and the breaking changes that
-  refuse it (one verdict for publishing and for `POST /v1/compatibility`).
 
 Pure: no I/O and no clock. Callers drop retired and not-yet-effective versions before resolving.
 
@@ -17,13 +15,9 @@ ordering (`1.0.0+a == 1.0.0+b`); compare `str(v)` to tell builds apart.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, TypeVar
-
-from registry.versions.compatibility import BreakingChange, check_compatibility
-
-T = TypeVar("T")
+from typing import Literal
 
 MAX_VERSION_LENGTH = 128
 MAX_RANGE_LENGTH = 256
@@ -334,50 +328,3 @@ def resolve(spec: str, versions: Iterable[Version]) -> Version | None:
         return next((v for v in candidates if v == exact and (not exact.build or v.build == exact.build)), None)
     version_range = parse_range(spec)
     return max((v for v in candidates if version_range.matches(v)), default=None)
-
-
-class PublishBreak(NamedTuple):
-    """A breaking change publishing a version would make, against `neighbour`: the release below
-    (`above` False: the new one accepts or promises less than it) or the release above, already
-    published (`above` True: it would break callers of the new one)."""
-
-    neighbour: Version
-    above: bool
-    change: BreakingChange
-
-
-def baseline(new: Version, line: Iterable[tuple[Version, T]]) -> tuple[Version, T] | None:
-    """The release `new` is compared with (docs/api.md#compatibility), from `line` (other releases of
-    the same skill, each with what the caller keeps of it): the highest lower release of its major
-    line. A pre-release has none: pre-releases promise nothing, and none is a baseline."""
-    if new.is_prerelease:
-        return None
-    same_line = [(v, c) for v, c in line if v.major == new.major and not v.is_prerelease and v < new]
-    return max(same_line, default=None, key=lambda vc: vc[0])
-
-
-def publish_verdict(
-    new: Version, contract: Mapping[str, Any], line: Iterable[tuple[Version, Mapping[str, Any]]]
-) -> list[PublishBreak]:
-    """The one verdict on publishing `new` next to `line` (other releases of the same skill): empty
-    when publishing is accepted. `PUT /v1/agents/...` and `POST /v1/compatibility` both ask this.
-
-    `new` is compared with the highest lower release of its major line, and the next higher release
-    already published must stay compatible with it. A new major version is always accepted, and
-    pre-releases promise nothing: they are neither checked nor used as a baseline (docs/api.md).
-    """
-    if new.is_prerelease:
-        return []
-    line = list(line)
-    lower = baseline(new, line)
-    higher = min(
-        ((v, c) for v, c in line if v.major == new.major and not v.is_prerelease and v > new),
-        default=None,
-        key=lambda vc: vc[0],
-    )
-    breaks: list[PublishBreak] = []
-    if lower is not None:
-        breaks += [PublishBreak(lower[0], False, change) for change in check_compatibility(lower[1], contract)]
-    if higher is not None:
-        breaks += [PublishBreak(higher[0], True, change) for change in check_compatibility(contract, higher[1])]
-    return breaks

@@ -79,7 +79,7 @@ _OPTIONAL_TOKEN = {
     ("GET", "/v1/agents/{tenant}/{agent_id}/skills/{skill_id}/versions"),
     ("GET", "/v1/audit/checkpoints/latest"),
     # The JSON-RPC binding: malformed and unsupported calls are answered to anyone;
-    # GetExtendedAgentCard, its one method, is 401 without a token (registry.agents.a2a_rpc_routes).
+    # GetExtendedAgentCard, its one method, is 401 without a token (registry.a2a.routes).
     ("POST", "/v1/agents/{tenant}/{agent_id}"),
     # ARD: anonymous callers see public agents, as in discovery
     ("GET", "/.well-known/ard.json"),

@@ -1,5 +1,6 @@
-"""One verdict: `POST /v1/compatibility` answers `compatible` exactly when publishing `new` after
-`old` with `PUT /v1/agents/...` is accepted (pre-releases included), through a real `capreg serve`."""
+"""registry.versions.compatibility.verdict: `publish_verdict` on its own, and the one verdict:
+`POST /v1/compatibility` answers `compatible` exactly when publishing `new` after `old` with
+`PUT /v1/agents/...` is accepted (pre-releases included), through a real `capreg serve`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from registry.versions.compatibility.verdict import publish_verdict
+from registry.versions.semver import Version
 from tests.conftest import capreg, example
+
+V = Version.parse
 
 VERSIONS = ["1.0.0", "1.0.1", "1.1.0", "2.0.0-rc.1", "2.0.0-rc.2", "2.0.0", "2.1.0-beta", "2.1.0", "3.0.0"]
 SCHEMAS = [
@@ -56,8 +61,6 @@ def publisher(live_server) -> tuple[str, dict, str]:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(old=skills, new=skills)
 def test_the_compatibility_endpoint_agrees_with_publishing(publisher, old, new):
-    from registry.versions.semver import Version
-
     base, headers, tenant = publisher
     if Version.parse(new["version"]) <= Version.parse(old["version"]):
         return  # the endpoint refuses such a pair as a malformed question (400)
@@ -74,3 +77,25 @@ def test_the_compatibility_endpoint_agrees_with_publishing(publisher, old, new):
         if published.status_code == 409:
             kinds = sorted(e["kind"] for e in published.json()["errors"])
             assert kinds == sorted(e["kind"] for e in verdict.json()["errors"])
+
+
+def test_publish_verdict_compares_with_the_neighbouring_releases_of_the_major_line() -> None:
+    required = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+    loose = {"type": "object", "properties": {"a": {"type": "string"}}}
+
+    def contract(schema):
+        return {"inputSchema": schema, "outputSchema": {}, "scopes": [], "sideEffect": "none"}
+
+    line = [(V(t), contract(loose)) for t in ["1.0.0", "2.0.0", "2.3.0", "2.5.0", "3.0.0-rc.1"]]
+    # checked against 2.3.0 below and 2.5.0 above; a required property breaks callers of 2.3.0
+    [found] = publish_verdict(V("2.4.0"), contract(required), line)
+    assert (found.neighbour, found.above, found.change.kind) == (V("2.3.0"), False, "required_added")
+    assert publish_verdict(V("2.4.0"), contract(loose), line) == []
+    # a new major line, a pre-release, and a release whose only lower neighbour is a pre-release
+    assert publish_verdict(V("4.0.0"), contract(required), line) == []
+    assert publish_verdict(V("2.6.0-rc.1"), contract(required), line) == []
+    assert publish_verdict(V("3.0.0"), contract(required), line) == []
+    # the release above must stay compatible with the new one (2.5.0 accepts less than 2.4.0 would)
+    stricter_above = [(V("2.3.0"), contract(required)), (V("2.5.0"), contract(required))]
+    [above] = publish_verdict(V("2.4.0"), contract(loose), stricter_above)
+    assert (above.neighbour, above.above) == (V("2.5.0"), True)

@@ -13,7 +13,6 @@ from registry.versions.semver import (
     InvalidVersion,
     Version,
     parse_range,
-    publish_verdict,
     resolve,
 )
 
@@ -284,25 +283,3 @@ def test_resolve_exact_with_build_metadata() -> None:
 def test_resolve_rejects_malformed_specs(spec: str) -> None:
     with pytest.raises(InvalidRange):
         resolve(spec, PUBLISHED)
-
-
-def test_publish_verdict_compares_with_the_neighbouring_releases_of_the_major_line() -> None:
-    required = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
-    loose = {"type": "object", "properties": {"a": {"type": "string"}}}
-
-    def contract(schema):
-        return {"inputSchema": schema, "outputSchema": {}, "scopes": [], "sideEffect": "none"}
-
-    line = [(V(t), contract(loose)) for t in ["1.0.0", "2.0.0", "2.3.0", "2.5.0", "3.0.0-rc.1"]]
-    # checked against 2.3.0 below and 2.5.0 above; a required property breaks callers of 2.3.0
-    [found] = publish_verdict(V("2.4.0"), contract(required), line)
-    assert (found.neighbour, found.above, found.change.kind) == (V("2.3.0"), False, "required_added")
-    assert publish_verdict(V("2.4.0"), contract(loose), line) == []
-    # a new major line, a pre-release, and a release whose only lower neighbour is a pre-release
-    assert publish_verdict(V("4.0.0"), contract(required), line) == []
-    assert publish_verdict(V("2.6.0-rc.1"), contract(required), line) == []
-    assert publish_verdict(V("3.0.0"), contract(required), line) == []
-    # the release above must stay compatible with the new one (2.5.0 accepts less than 2.4.0 would)
-    stricter_above = [(V("2.3.0"), contract(required)), (V("2.5.0"), contract(required))]
-    [above] = publish_verdict(V("2.4.0"), contract(loose), stricter_above)
-    assert (above.neighbour, above.above) == (V("2.5.0"), True)

@@ -16,7 +16,7 @@ from auth.tickets import MAX_TICKET_LENGTH, CapClaim, encoded_ticket_length, new
 from db import housekeeping as housekeeping_queries
 from registry.core.records import MAX_EXAMPLES, MAX_REGIONS, MAX_SCOPES, MAX_SKILLS, MAX_TAGS
 from tests.conftest import example
-from tests.mcp.test_mcp import post, rpc
+from tests.mcp_support import post, rpc
 from tests.ticket_support import register, skill, ticket_body
 
 BILLING = example("billing-agent.json")

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from registry.core.bounded_work import WALL_SECONDS
 from registry.core.schema_guard import SchemaRejected, compile_schema, schema_problems
 from registry.release.arguments import MAX_REPAIR_NODES, validate_arguments
-from registry.versions.compatibility import check_compatibility
+from registry.versions.compatibility.verdict import check_compatibility
 from tests.conftest import capreg
 
 # --- A listener that records every request the registry might make ---------------------------

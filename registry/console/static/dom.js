@@ -51,7 +51,8 @@ export function relative(iso) {
   const abs = Math.abs(seconds);
   const amount = abs < 90 ? `${abs} s` : abs < 5400 ? `${Math.round(abs / 60)} min`
     : abs < 172800 ? `${Math.round(abs / 3600)} h` : `${Math.round(abs / 86400)} d`;
-  return seconds >= 0 ? `in ${amount}` : `${amount} ago`;
+  // Rounded to 0 (Math.round(-0.3) is -0, which `>= 0` calls future) is the past: "0 s ago".
+  return seconds > 0 ? `in ${amount}` : `${amount} ago`;
 }
 
 /** A filter form: fields [{name, label, type?, options?, placeholder?}], values from `values`. */

@@ -4,7 +4,7 @@
 at the same URL, so that a2a-sdk's default client (JSON-RPC only) can fetch the extended card.
 `GetExtendedAgentCard` goes through the same code path as `GET .../extendedAgentCard`
 (registry.release.routes.serve_extended_card): same bearer-token checks, same audit, same card.
-Every other method is A2A's unsupported-operation error (registry.agents.a2a_rpc).
+Every other method is A2A's unsupported-operation error (registry.a2a.rpc).
 
 What concerns the JSON-RPC message is answered in JSON-RPC (HTTP 200, as A2A's JSON-RPC servers
 do); what concerns the HTTP request is answered as on every other endpoint: a missing or bad token
@@ -20,8 +20,8 @@ from litestar import Request, Response, post
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import PathParameter
 
-from registry.agents import a2a_rpc
-from registry.agents.a2a_rpc import RpcError
+from registry.a2a import rpc as a2a_rpc
+from registry.a2a.rpc import RpcError
 from registry.core.problems import problem_responses
 from registry.core.records import AGENT_ID_PATTERN, TENANT_PATTERN
 from registry.core.wire import Wire
@@ -59,7 +59,7 @@ class JsonRpcResponse(Wire):
 
 
 async def _bounded_body(request: Request) -> bytes:
-    """The body, read no further than one byte past the JSON-RPC bound (registry.agents.a2a_rpc)."""
+    """The body, read no further than one byte past the JSON-RPC bound (registry.a2a.rpc)."""
     chunks, size = [], 0
     async for chunk in request.stream():
         chunks.append(chunk)

@@ -1,22 +1,20 @@
-"""The MCP server behind `/mcp`: JSON-RPC 2.0 messages of the Model Context Protocol (Streamable
-HTTP transport, revisions 2025-03-26 to 2025-11-25), and the five tools LLM routers use to find
-capabilities, read their schemas and obtain delegation tickets, and `find_capability` (offers).
-
-Stateless: no `Mcp-Session-Id` is issued and nothing is kept between requests, so any replica
-answers any request. Every request is answered with one JSON body (no SSE streams; GET is 405).
+"""The MCP tools: the five tools LLM routers use to find capabilities, read their schemas and obtain
+delegation tickets, and `find_capability` (offers), as `tools/list` lists them and `tools/call` runs
+them (`call_tool`; the JSON-RPC around them is registry.mcp.jsonrpc).
 
 The tools call the services the HTTP API calls (registry.discovery.service.discovery_page,
-registry.offers.service.make_offers, registry.release.service.release, registry.tickets.service.request_ticket), for the caller the HTTP
-request authenticated; a refusal is a tool result with `isError: true` whose structured content is
-the problem body the HTTP API would have answered. Malformed JSON-RPC is a JSON-RPC error; a call
-of an unknown tool is an `invalid params` error; arguments that do not fit a tool's input schema are
-a tool result with `isError: true` (MCP 2025-11-25: so the model can correct itself).
+registry.offers.service.make_offers, registry.release.service.release, registry.tickets.service.request_ticket),
+for the caller the HTTP request authenticated; a refusal is a tool result with `isError: true` whose
+structured content is the problem body the HTTP API would have answered. Arguments that do not fit a
+tool's input schema (registry.mcp.tool_arguments) are a tool result with `isError: true` too (MCP
+2025-11-25: so the model can correct itself), and so is a value PostgreSQL cannot store
+(registry.core.storable, the same check as every HTTP body's).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import asyncpg
 import msgspec
@@ -31,47 +29,23 @@ from registry.core.problems import (
     invalid_token,
     problem_of,
     refused,
+    unacceptable_value,
 )
-from registry.core.records import SideEffect
 from registry.core.refusals import REFUSED, refuse
-from registry.core.wire import Wire
-from registry.discovery.service import (
-    DEFAULT_LIMIT,
-    MAX_LIMIT,
-    QUERY_MAX_LENGTH,
-    REGION_MAX_LENGTH,
-    VERSION_REQUEST_MAX_LENGTH,
-    DiscoveryQuery,
-    discovery_page,
-    parse_capability_ref,
-    viewer_tenant,
+from registry.core.storable import unstorable_pointer
+from registry.discovery.service import DiscoveryQuery, discovery_page, parse_capability_ref, viewer_tenant
+from registry.mcp.tool_arguments import (
+    CapabilityArguments,
+    FindArguments,
+    SearchArguments,
+    TicketArguments,
+    ToolDefinitionArguments,
 )
 from registry.offers import service as offer_service
 from registry.release import service as release
 from registry.state import Registry
 from registry.tickets.service import DENIED as TICKET_DENIED
-from registry.tickets.service import (
-    IDEMPOTENCY_KEY_MAX_LENGTH,
-    OnBehalfOf,
-    RequestedResources,
-    RequestedScopes,
-    TicketRequestBody,
-    request_ticket,
-)
-
-# Newest first. Streamable HTTP exists since 2025-03-26; a client asking for another revision is
-# offered the newest (the client decides whether to go on).
-PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
-# What a request without an MCP-Protocol-Version header is taken to speak (the transport spec's rule).
-ASSUMED_PROTOCOL_VERSION = "2025-03-26"
-SERVER_VERSION = "1.0.0"
-
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-
-REF_MAX_LENGTH = 64 + 1 + 64 + 1 + 128 + 1 + VERSION_REQUEST_MAX_LENGTH
+from registry.tickets.service import TicketRequestBody, request_ticket
 
 INSTRUCTIONS = (
     "capreg is a registry of capabilities (skills) offered by AI agents. Use it to find an agent that can "
@@ -86,178 +60,6 @@ INSTRUCTIONS = (
     "or cannot be undone). A refusal comes back as a tool error whose content is a problem object with a "
     "`code` (for example insufficient_scope, not_found, delegation_denied) explaining why."
 )
-
-
-# ---------------------------------------------------------------------------
-# Tool arguments (their JSON Schemas are what tools/list shows)
-
-Ref = Annotated[
-    str,
-    msgspec.Meta(
-        min_length=1,
-        max_length=REF_MAX_LENGTH,
-        description=(
-            "capability ref 'tenant/agentId/skillId@version' as search_capabilities returns it in `ref`; "
-            "the version may be exact ('2.0.0'), 'latest', or a range ('^2', '~2.1', '>=2,<3'); "
-            "without '@version' the latest is meant"
-        ),
-    ),
-]
-
-
-class SearchArguments(Wire, forbid_unknown_fields=True):
-    q: (
-        Annotated[
-            str,
-            msgspec.Meta(
-                max_length=QUERY_MAX_LENGTH,
-                description="words to look for in capability ids, names, descriptions and tags",
-            ),
-        ]
-        | None
-    ) = None
-    tag: (
-        Annotated[
-            list[Annotated[str, msgspec.Meta(max_length=128)]],
-            msgspec.Meta(max_length=32, description="tags the capability must all carry"),
-        ]
-        | Annotated[str, msgspec.Meta(max_length=128)]
-        | None
-    ) = None
-    side_effect_max: (
-        Annotated[
-            SideEffect,
-            msgspec.Meta(
-                description="the most dangerous side effect you accept: none < idempotent < write < destructive",
-            ),
-        ]
-        | None
-    ) = None
-    region: (
-        Annotated[
-            str,
-            msgspec.Meta(
-                max_length=REGION_MAX_LENGTH,
-                description="data region the capability must serve (e.g. 'eu')",
-            ),
-        ]
-        | None
-    ) = None
-    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_LIMIT, description=f"results per page, at most {MAX_LIMIT}")] = (
-        DEFAULT_LIMIT
-    )
-    cursor: (
-        Annotated[
-            str,
-            msgspec.Meta(
-                max_length=1024,
-                description="`nextCursor` of the previous page, to read the next one",
-            ),
-        ]
-        | None
-    ) = None
-
-
-class CapabilityArguments(Wire, forbid_unknown_fields=True):
-    ref: Ref
-
-
-class ToolDefinitionArguments(Wire, forbid_unknown_fields=True):
-    ref: Ref
-    format: Annotated[
-        Literal["mcp", "openai"],
-        msgspec.Meta(
-            description="'mcp' for an MCP tool definition, 'openai' for an OpenAI function-calling tool",
-        ),
-    ] = "mcp"
-
-
-class TicketArguments(Wire, forbid_unknown_fields=True):
-    ref: Ref
-    scopes: Annotated[
-        RequestedScopes,
-        msgspec.Meta(
-            description="the capability scopes the ticket grants: only what the call needs, a subset of the "
-            "capability's `scopes` and of your token's",
-        ),
-    ]
-    ttl_seconds: (
-        Annotated[
-            int,
-            msgspec.Meta(
-                description="ticket lifetime in seconds (the registry caps it, 900 by default); 300 when omitted",
-            ),
-        ]
-        | None
-    ) = None
-    on_behalf_of: (
-        Annotated[
-            OnBehalfOf,
-            msgspec.Meta(
-                description="the end user the call is made for, when there is one",
-            ),
-        ]
-        | None
-    ) = None
-    resources: Annotated[
-        RequestedResources,
-        msgspec.Meta(
-            description="restrict the ticket to these resources (e.g. 'invoice:inv-2026-091'); omitted: all",
-        ),
-    ] = []
-    idempotency_key: (
-        Annotated[
-            str,
-            msgspec.Meta(
-                min_length=1,
-                max_length=IDEMPOTENCY_KEY_MAX_LENGTH,
-                description="repeat a request with the same key and arguments to get the same ticket instead of a new one",
-            ),
-        ]
-        | None
-    ) = None
-
-
-class FindArguments(Wire, forbid_unknown_fields=True):
-    need: Annotated[
-        str,
-        msgspec.Meta(
-            min_length=1,
-            max_length=QUERY_MAX_LENGTH,
-            description="what you need done, in plain words (e.g. 'look up an unpaid invoice'); typos and word forms are fine",
-        ),
-    ]
-    region: (
-        Annotated[
-            str,
-            msgspec.Meta(
-                max_length=REGION_MAX_LENGTH,
-                description="the data region the work must stay in (e.g. 'eu'), if any",
-            ),
-        ]
-        | None
-    ) = None
-    side_effect_max: (
-        Annotated[
-            SideEffect,
-            msgspec.Meta(
-                description="the most dangerous side effect you accept: none < idempotent < write < destructive",
-            ),
-        ]
-        | None
-    ) = None
-    limit: Annotated[
-        int,
-        msgspec.Meta(
-            ge=1,
-            le=offer_service.MAX_LIMIT,
-            description=f"offers to return, best first (1 to {offer_service.MAX_LIMIT})",
-        ),
-    ] = offer_service.DEFAULT_LIMIT
-
-
-# ---------------------------------------------------------------------------
-# Tools
 
 
 class Call(msgspec.Struct, frozen=True):
@@ -535,23 +337,6 @@ def _tool_result(body: dict[str, Any], *, is_error: bool, note: str | None = Non
     return {"content": content, "structuredContent": body, "isError": is_error}
 
 
-def _has_nul(value: Any) -> bool:
-    """Whether a NUL character occurs in any string of a decoded JSON value (PostgreSQL text cannot
-    hold one): iterative, so any depth the decoder accepted is fine."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
-
-
 async def call_tool(call: Call, tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
     """Run a tool; refusals and unfit arguments become `isError` results carrying the problem body."""
     try:
@@ -561,7 +346,7 @@ async def call_tool(call: Call, tool: Tool, arguments: dict[str, Any]) -> dict[s
                 "this tool needs a bearer token: send 'Authorization: Bearer <token>' on the MCP requests"
             )
         try:
-            if _has_nul(arguments):
+            if unstorable_pointer(arguments) is not None:
                 error = invalid_request(
                     "arguments must not contain NUL characters", [ErrorItem(path="", message="NUL character")]
                 )
@@ -578,7 +363,7 @@ async def call_tool(call: Call, tool: Tool, arguments: dict[str, Any]) -> dict[s
                     )
                 raise error
             try:
-                args = msgspec.convert(arguments, tool.arguments)
+                args: Any = msgspec.convert(arguments, tool.arguments)
             except msgspec.ValidationError as exc:
                 raise invalid_request(
                     f"the arguments do not fit {tool.name}'s input schema", [decode_error_item(exc)]
@@ -597,119 +382,7 @@ async def call_tool(call: Call, tool: Tool, arguments: dict[str, Any]) -> dict[s
         result = await tool.run(call, args)
     except ProblemError as error:
         return _tool_result(msgspec.to_builtins(problem_of(error, call.trace_id)), is_error=True)
-    except asyncpg.DataError as exc:
-        # A value PostgreSQL cannot hold that no check above caught: still the caller's own 400.
-        error = invalid_request(f"an argument value is not acceptable: {exc.__class__.__name__}")
-        return _tool_result(msgspec.to_builtins(problem_of(error, call.trace_id)), is_error=True)
+    except asyncpg.DataError as exc:  # a value no check above caught: still the caller's own 400
+        unacceptable = unacceptable_value(exc, "an argument value")
+        return _tool_result(msgspec.to_builtins(problem_of(unacceptable, call.trace_id)), is_error=True)
     return _tool_result(result.body, is_error=False, note=result.note)
-
-
-# ---------------------------------------------------------------------------
-# JSON-RPC
-
-
-class Exchange(msgspec.Struct, frozen=True):
-    """The HTTP answer to one POST: its status and JSON body (None: 202 Accepted, no body)."""
-
-    status: int
-    body: dict[str, Any] | None
-
-
-def _error(id_: Any, code: int, message: str, data: Any = None, *, status: int = 200) -> Exchange:
-    error: dict[str, Any] = {"code": code, "message": message}
-    if data is not None:
-        error["data"] = data
-    return Exchange(status, {"jsonrpc": "2.0", "id": id_, "error": error})
-
-
-def _result(id_: Any, result: dict[str, Any]) -> Exchange:
-    return Exchange(200, {"jsonrpc": "2.0", "id": id_, "result": result})
-
-
-def _valid_id(value: Any) -> bool:
-    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
-
-
-def unsupported_version(version: str) -> Exchange | None:
-    """The 400 for an MCP-Protocol-Version header this server does not speak, else None."""
-    if version in PROTOCOL_VERSIONS:
-        return None
-    return _error(
-        None,
-        INVALID_REQUEST,
-        f"unsupported MCP-Protocol-Version {version[:64]!r}",
-        {"supported": list(PROTOCOL_VERSIONS)},
-        status=400,
-    )
-
-
-async def handle(
-    registry: Registry, caller: Caller | None, raw: bytes, *, protocol_version: str | None, trace_id: str | None
-) -> Exchange:
-    """Answer one POSTed JSON-RPC message (the caller is already authenticated, or anonymous)."""
-    try:
-        message = msgspec.json.decode(raw)
-    except (msgspec.DecodeError, RecursionError):
-        return _error(None, PARSE_ERROR, "the body is not JSON", status=400)
-    if isinstance(message, list):
-        return _error(
-            None, INVALID_REQUEST, "batches are not supported: send one JSON-RPC message per request", status=400
-        )
-    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-        return _error(None, INVALID_REQUEST, "not a JSON-RPC 2.0 message", status=400)
-    method = message.get("method")
-    if method is None:
-        if "id" in message and ("result" in message or "error" in message):
-            return Exchange(
-                202, None
-            )  # a response to a server request: this server sends none, so nothing waits for it
-        return _error(None, INVALID_REQUEST, "a JSON-RPC message needs a `method`", status=400)
-    if not isinstance(method, str):
-        return _error(None, INVALID_REQUEST, "`method` must be a string", status=400)
-    params = message.get("params")
-    if params is not None and not isinstance(params, dict):
-        return _error(
-            message.get("id") if _valid_id(message.get("id")) else None,
-            INVALID_REQUEST,
-            "`params` must be an object",
-            status=400,
-        )
-    if "id" not in message:
-        return Exchange(202, None)  # notifications (initialized, cancelled...) need nothing from a stateless server
-    id_ = message["id"]
-    if not _valid_id(id_):
-        return _error(None, INVALID_REQUEST, "`id` must be a string or an integer", status=400)
-    params = params or {}
-
-    if method == "initialize":
-        requested = params.get("protocolVersion")
-        if not isinstance(requested, str):
-            return _error(id_, INVALID_PARAMS, "initialize needs `protocolVersion` (a string)")
-        return _result(
-            id_,
-            {
-                "protocolVersion": requested if requested in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0],
-                "capabilities": {"tools": {"listChanged": False}},
-                "serverInfo": {"name": "capreg", "title": "capreg capability registry", "version": SERVER_VERSION},
-                "instructions": INSTRUCTIONS,
-            },
-        )
-    if protocol_version is not None and (refusal := unsupported_version(protocol_version)) is not None:
-        return msgspec.structs.replace(refusal, body={**refusal.body, "id": id_})
-    if method == "ping":
-        return _result(id_, {})
-    if method == "tools/list":
-        return _result(id_, {"tools": TOOL_LIST})
-    if method == "tools/call":
-        name, arguments = params.get("name"), params.get("arguments")
-        if not isinstance(name, str):
-            return _error(id_, INVALID_PARAMS, "tools/call needs `name` (a string)")
-        tool = TOOLS.get(name)
-        if tool is None:
-            return _error(id_, INVALID_PARAMS, f"unknown tool {name[:128]!r}", {"tools": list(TOOLS)})
-        if arguments is None:
-            arguments = {}
-        if not isinstance(arguments, dict):
-            return _error(id_, INVALID_PARAMS, "`arguments` must be an object")
-        return _result(id_, await call_tool(Call(registry, caller, trace_id), tool, arguments))
-    return _error(id_, METHOD_NOT_FOUND, f"method {method[:128]!r} is not supported by this server")

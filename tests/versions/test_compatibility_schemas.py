@@ -1,4 +1,6 @@
-"""registry.versions.compatibility: the breaking-change table (docs/api.md#compatibility) and subsumption properties.
+"""registry.versions.compatibility.schemas (through `check_compatibility`, registry.versions.compatibility.verdict):
+the breaking-change table of schemas (docs/api.md#compatibility) and subsumption properties. The
+skill-field rules: test_compatibility_fields.py.
 
 The table pins kinds and paths. The properties check the checker against a real JSON Schema
 validator: whatever it calls compatible must keep every old input valid (and every new output
@@ -16,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from registry.versions.compatibility import BreakingChange, check_compatibility
+from registry.versions.compatibility.breaking_change import BreakingChange
+from registry.versions.compatibility.verdict import check_compatibility
 
 
 def inp(schema: Any, **fields: Any) -> dict[str, Any]:
@@ -451,46 +454,6 @@ CASES = [
         {("type_widened", f"{OUT}/properties/v/anyOf/1")},
         id="output-anyOf-branch-added",
     ),
-    # --- skill fields --------------------------------------------------------------------------
-    pytest.param(inp({}, scopes=["a", "b"]), inp({}, scopes=["a"]), set(), id="scope-removed"),
-    pytest.param(inp({}, scopes=["a"]), inp({}, scopes=["b", "a"]), {("scope_added", "/scopes")}, id="scope-added"),
-    pytest.param(inp({}, sideEffect="write"), inp({}, sideEffect="idempotent"), set(), id="side-effect-lowered"),
-    pytest.param(
-        inp({}, sideEffect="none"),
-        inp({}, sideEffect="write"),
-        {("side_effect_raised", "/sideEffect")},
-        id="side-effect-raised",
-    ),
-    pytest.param(
-        inp({}, sideEffect="write"),
-        inp({}, sideEffect="destructive"),
-        {("side_effect_raised", "/sideEffect"), ("approval_required", "/requiresApproval")},
-        id="destructive-implies-approval",
-    ),
-    pytest.param(
-        inp({}, sideEffect="destructive", requiresApproval=True),
-        inp({}, sideEffect="destructive", requiresApproval=False),
-        set(),
-        id="approval-dropped",
-    ),
-    pytest.param(
-        inp({}, requiresApproval=False),
-        inp({}, requiresApproval=True),
-        {("approval_required", "/requiresApproval")},
-        id="approval-on",
-    ),
-    pytest.param(
-        inp({}, dataRegions=["eu", "us"]), inp({}, dataRegions=["us", "eu"]), set(), id="data-regions-reordered"
-    ),
-    pytest.param(
-        inp({}, dataRegions=["eu"]),
-        inp({}, dataRegions=["eu", "us"]),
-        {("data_regions_changed", "/dataRegions")},
-        id="data-regions-added",
-    ),
-    pytest.param(
-        inp({}, dataRegions=["eu"]), inp({}), {("data_regions_changed", "/dataRegions")}, id="data-regions-removed"
-    ),
 ]
 
 
@@ -517,10 +480,6 @@ def test_table_covers_every_kind() -> None:
         "additional_properties_narrowed",
         "output_property_removed",
         "output_property_optional",
-        "scope_added",
-        "side_effect_raised",
-        "approval_required",
-        "data_regions_changed",
         "undecidable",
     }
     assert len(CASES) >= 40

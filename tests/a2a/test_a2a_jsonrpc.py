@@ -12,7 +12,7 @@ from a2a.client.errors import A2AClientError
 from a2a.types import GetExtendedAgentCardRequest, GetTaskRequest, Message, Part, Role, SendMessageRequest
 from a2a.utils.errors import UnsupportedOperationError
 
-from registry.agents import a2a_rpc
+from registry.a2a import rpc as a2a_rpc
 from registry.config import registry_url
 from tests.conftest import example
 

@@ -1,328 +1,30 @@
-"""Compatibility of two versions of a capability (skill): the changes that break existing callers.
-
-Owns the compatibility rules of docs/api.md#compatibility: `check_compatibility(old, new)` compares two skills in the
-registration's camelCase shape and lists every breaking change; an empty list means compatible. Pure:
-no I/O. The same verdict serves publishing (409 `incompatible_change`) and `POST /v1/compatibility`.
-
-Schemas are compared by subsumption. The input schema is contravariant (the new one must accept
-every instance the old one accepted); the output schema is covariant (every instance the new one
-allows must have been allowed by the old one). Both are the same question, "does the wide schema
-accept everything the narrow one accepts?", with wide/narrow = new/old for input and old/new for
-output. Each finding has a category; the direction turns it into a kind:
-
-    category               input (new accepts less)          output (new promises less)
-    type                   type_narrowed                     type_widened
-    enum                   enum_narrowed                     enum_widened
-    const                  const_changed                     const_changed
-    bound                  bound_tightened                   bound_loosened
-    pattern                pattern_added                     pattern_removed
-    format                 format_added                      format_removed
-    required               required_added                    output_property_optional
-    closed property        property_removed                  output_property_added
-    additionalProperties   additional_properties_narrowed    additional_properties_widened
-    property dropped       -                                 output_property_removed
-    anything undecided     undecidable                       undecidable
-
-Skill fields: `scope_added`, `side_effect_raised`, `approval_required`, `data_regions_changed`.
-
-Kinds beyond the list in docs/api.md#compatibility, documented here: `const_changed` (a `const` added or changed),
-`bound_loosened`, `pattern_removed`, `format_removed`, `additional_properties_widened` and
-`output_property_added` (the output directions of the input kinds). `uniqueItems` turned on is a
-`bound_tightened`; a subschema that became `false` is a `type_narrowed` (input) or, in output, one
-that was `false` and now allows values is a `type_widened`.
-
-Deliberate rules beyond pure subsumption (docs/api.md#compatibility, or the common practice of schema registries):
-- Input: adding an optional property to an object is compatible even when the object is open (old
-  callers are assumed not to send properties the old schema did not declare).
-- Input: a new required property with a `default` is compatible (lenient validation fills it in).
-- Output: removing a declared property is breaking even when the new object is closed.
-
-Supported: `type` (with integer inside number), `enum`, `const`, numeric bounds and `multipleOf`,
-string/array/object length bounds, `pattern`, `format`, `uniqueItems`, `properties`, `required`,
-`additionalProperties`, `items`, `prefixItems`, boolean schemas, local `$ref` (any `#` JSON pointer,
-so `#/$defs/...` and `#/definitions/...`; recursion is assumed compatible when it revisits the same
-pair of schemas below an object or array level, and a reference cycle that never reaches a schema
-is undecidable), `allOf` (a conjunction), `anyOf`/`oneOf` (every old branch must fit some new
-branch for input, every new branch some old branch for output; `oneOf` branches must also be
-provably disjoint). Keywords it cannot compare (`not`, `if`/`then`/`else`, `dependentSchemas`,
-`dependentRequired`, `propertyNames`, `contains`, a changed `patternProperties`, `unevaluated*`,
-`$dynamicRef`, remote or anchor `$ref`) are `undecidable` when the wide side has them and no narrow
-subschema has them identically. Constraints only the narrow side has are safe to ignore (ignoring
-them can only make the verdict stricter). Identical subschemas (with identical reference targets)
-are compatible without further analysis. Unknown keywords and annotations are ignored, as
-validators ignore them. `$ref`s resolve against the schema's root (`$id` is not followed).
-"""
+"""Schema compatibility by subsumption (the rules and their limits: registry.versions.compatibility):
+`schema_changes(direction, old, new)` lists the breaking changes from one input or output schema to
+another. Pure: no I/O; bounded work (at most _MAX_COMPARISONS subschema comparisons, _MAX_NESTING
+levels, _MAX_ALTERNATIVES branches; past a bound the verdict is `undecidable`)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from fractions import Fraction
-from typing import Any, Literal
-from urllib.parse import unquote
+from typing import Any
 
-import msgspec
-
-from registry.core.json_pointer import escape_token, unescape_token
-from registry.core.records import SIDE_EFFECT_ORDER, approval_required
-
-Direction = Literal["input", "output"]
-
-
-class BreakingChange(msgspec.Struct, frozen=True):
-    """One breaking change: where (a JSON pointer into the skill), what kind, and a sentence."""
-
-    path: str
-    kind: str
-    message: str
-
-
-def check_compatibility(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[BreakingChange]:
-    """Every change from `old` to `new` that breaks callers of `old`; empty when compatible."""
-    changes: list[BreakingChange] = []
-    changes += _schema_changes(
-        "input", _schema_of(old, "inputSchema", {"type": "object"}), _schema_of(new, "inputSchema", {"type": "object"})
-    )
-    changes += _schema_changes("output", _schema_of(old, "outputSchema", {}), _schema_of(new, "outputSchema", {}))
-    changes += _scope_changes(old, new)
-    changes += _side_effect_changes(old, new)
-    changes += _approval_changes(old, new)
-    changes += _region_changes(old, new)
-    return changes
-
-
-# ---------------------------------------------------------------------------------------------
-# Skill fields
-
-
-def _schema_of(skill: Mapping[str, Any], key: str, default: Any) -> Any:
-    value = skill.get(key)
-    return default if value is None else value
-
-
-def _strings(skill: Mapping[str, Any], key: str) -> list[str]:
-    value = skill.get(key) or []
-    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
-
-
-def _scope_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[BreakingChange]:
-    old_scopes = set(_strings(old, "scopes"))
-    added = dict.fromkeys(scope for scope in _strings(new, "scopes") if scope not in old_scopes)
-    return [
-        BreakingChange(
-            "/scopes", "scope_added", f"scope {scope!r} is now required; callers holding the old scopes lack it"
-        )
-        for scope in added
-    ]
-
-
-def _side_effect_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[BreakingChange]:
-    old_effect, new_effect = old.get("sideEffect"), new.get("sideEffect")
-    if old_effect == new_effect:
-        return []
-    old_rank, new_rank = SIDE_EFFECT_ORDER.get(old_effect), SIDE_EFFECT_ORDER.get(new_effect)  # type: ignore[arg-type]
-    if old_rank is None or new_rank is None:
-        return [
-            BreakingChange(
-                "/sideEffect",
-                "undecidable",
-                f"sideEffect changed from {old_effect!r} to {new_effect!r}, which cannot be ranked",
-            )
-        ]
-    if new_rank > old_rank:
-        return [
-            BreakingChange(
-                "/sideEffect", "side_effect_raised", f"sideEffect raised from {old_effect!r} to {new_effect!r}"
-            )
-        ]
-    return []
-
-
-def _requires_approval(skill: Mapping[str, Any]) -> bool:
-    return approval_required(skill.get("sideEffect"), skill.get("requiresApproval"))
-
-
-def _approval_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[BreakingChange]:
-    if _requires_approval(new) and not _requires_approval(old):
-        return [
-            BreakingChange("/requiresApproval", "approval_required", "calls now require approval; before they did not")
-        ]
-    return []
-
-
-def _region_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[BreakingChange]:
-    old_regions, new_regions = set(_strings(old, "dataRegions")), set(_strings(new, "dataRegions"))
-    if old_regions == new_regions:
-        return []
-    parts = []
-    if added := sorted(new_regions - old_regions):
-        parts.append(f"added {added}")
-    if removed := sorted(old_regions - new_regions):
-        parts.append(f"removed {removed}")
-    return [BreakingChange("/dataRegions", "data_regions_changed", "dataRegions changed: " + ", ".join(parts))]
-
-
-# ---------------------------------------------------------------------------------------------
-# JSON values
-
-
-def _json_equal(a: Any, b: Any) -> bool:
-    """JSON equality: 1 == 1.0, but true != 1. Iterative, so deep documents cannot overflow the stack."""
-    pending = [(a, b)]
-    while pending:
-        x, y = pending.pop()
-        if x is y and not isinstance(x, (Mapping, list)):
-            continue
-        if isinstance(x, bool) or isinstance(y, bool):
-            if not (isinstance(x, bool) and isinstance(y, bool) and x == y):
-                return False
-        elif isinstance(x, (int, float)) and isinstance(y, (int, float)):
-            if x != y:
-                return False
-        elif isinstance(x, str) and isinstance(y, str):
-            if x != y:
-                return False
-        elif isinstance(x, Mapping) and isinstance(y, Mapping):
-            if x is y:
-                continue
-            if len(x) != len(y) or any(key not in y for key in x):
-                return False
-            pending.extend((x[key], y[key]) for key in x)
-        elif isinstance(x, list) and isinstance(y, list):
-            if x is y:
-                continue
-            if len(x) != len(y):
-                return False
-            pending.extend(zip(x, y, strict=True))
-        elif not (x is None and y is None):
-            return False
-    return True
-
-
-def _bucket(value: Any) -> tuple:
-    # Equal JSON values share a bucket (1 and 1.0 hash alike); containers bucket by size only.
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return (type(value).__name__, value)
-    if isinstance(value, (int, float)):
-        return ("number", value)
-    return (type(value).__name__, len(value)) if isinstance(value, (list, Mapping)) else ("other", id(value))
-
-
-class _ValueSet:
-    """A set of JSON values under JSON equality (so `true` is not `1`)."""
-
-    def __init__(self, values: Sequence[Any]) -> None:
-        self._buckets: dict[tuple, list[Any]] = {}
-        for value in values:
-            self._buckets.setdefault(_bucket(value), []).append(value)
-
-    def __contains__(self, value: Any) -> bool:
-        return any(_json_equal(value, member) for member in self._buckets.get(_bucket(value), ()))
-
-
-# Value kinds: JSON types, with numbers split so that "integer" is a subset of "number".
-_NUMBERS = frozenset({"integer", "fraction"})
-_ALL_KINDS = frozenset({"null", "boolean", "object", "array", "string", "integer", "fraction"})
-_TYPE_KINDS = {
-    "null": {"null"},
-    "boolean": {"boolean"},
-    "object": {"object"},
-    "array": {"array"},
-    "string": {"string"},
-    "integer": {"integer"},
-    "number": {"integer", "fraction"},
-}
-
-
-def _value_kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "integer" if value.is_integer() else "fraction"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object"
-
-
-def _type_kinds(type_value: Any) -> frozenset[str] | None:
-    names = [type_value] if isinstance(type_value, str) else type_value
-    if not isinstance(names, list) or not all(isinstance(n, str) and n in _TYPE_KINDS for n in names):
-        return None
-    return frozenset(kind for name in names for kind in _TYPE_KINDS[name])
-
-
-def _type_names(kinds: frozenset[str] | set[str]) -> str:
-    names = [k for k in ("null", "boolean", "object", "array", "string") if k in kinds]
-    if kinds >= _NUMBERS:
-        names.append("number")
-    elif "integer" in kinds:
-        names.append("integer")
-    elif "fraction" in kinds:
-        names.append("non-integer number")
-    return "/".join(names) or "nothing"
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _is_count(value: Any) -> bool:
-    return _is_number(value) and value >= 0 and float(value).is_integer()
-
-
-def _fraction(value: int | float) -> Fraction:
-    # repr keeps the decimal the author wrote (0.1 stays 1/10, not the nearest binary float).
-    return Fraction(value) if isinstance(value, int) else Fraction(repr(value))
-
-
-def _is_multiple(value: int | float, divisor: int | float) -> bool:
-    return (_fraction(value) / _fraction(divisor)).denominator == 1
-
-
-def _resolve_pointer(root: Any, ref: Any) -> tuple[Any, str | None]:
-    """The target of a local reference, or an error saying why it cannot be followed."""
-    if not isinstance(ref, str):
-        return None, "a $ref that is not a string"
-    if not ref.startswith("#"):
-        return None, f"remote reference {ref!r} cannot be compared"
-    fragment = unquote(ref[1:])
-    if fragment == "":
-        return root, None
-    if not fragment.startswith("/"):
-        return None, f"anchor reference {ref!r} cannot be compared"
-    node = root
-    for token in fragment[1:].split("/"):
-        token = unescape_token(token)
-        if isinstance(node, Mapping) and token in node:
-            node = node[token]
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            return None, f"reference {ref!r} points nowhere"
-    return node, None
-
-
-def _references_in(value: Any) -> list[str]:
-    found: list[str] = []
-    pending = [value]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, Mapping):
-            ref = node.get("$ref")
-            if isinstance(ref, str):
-                found.append(ref)
-            pending.extend(node.values())
-        elif isinstance(node, list):
-            pending.extend(node)
-    return found
-
-
-# ---------------------------------------------------------------------------------------------
-# Schemas
+from registry.core.json_pointer import escape_token
+from registry.versions.compatibility.breaking_change import BreakingChange, Direction
+from registry.versions.compatibility.json_values import (
+    ALL_KINDS,
+    NUMBERS,
+    ValueSet,
+    is_count,
+    is_multiple,
+    is_number,
+    json_equal,
+    references_in,
+    resolve_pointer,
+    type_kinds,
+    type_names,
+    value_kind,
+)
 
 # A finding before the direction names it: (path, category, message).
 _Finding = tuple[str, str, str]
@@ -367,8 +69,8 @@ _MAX_ALTERNATIVES = 64
 _MISSING = object()
 
 
-def _schema_changes(direction: Direction, old: Any, new: Any) -> list[BreakingChange]:
-    if _json_equal(old, new):
+def schema_changes(direction: Direction, old: Any, new: Any) -> list[BreakingChange]:
+    if json_equal(old, new):
         return []
     base = "/inputSchema" if direction == "input" else "/outputSchema"
     comparison = _SchemaComparison(direction, old, new)
@@ -452,7 +154,7 @@ class _SchemaComparison:
                         (path, "undecidable", f"reference {schema['$ref']!r} is a cycle that never reaches a schema")
                     )
                     continue
-                target, error = _resolve_pointer(root, schema["$ref"])
+                target, error = resolve_pointer(root, schema["$ref"])
                 if error is not None:
                     findings.append((path, "undecidable", error))
                 inner = expanding | {id(schema)}
@@ -513,25 +215,25 @@ class _SchemaComparison:
         cache_key = (id(wide), id(narrow))
         cached = self._same.get(cache_key)
         if cached is None:
-            cached = _json_equal(wide, narrow) and self._same_targets(wide)
+            cached = json_equal(wide, narrow) and self._same_targets(wide)
             self._same[cache_key] = cached
         return cached
 
     def _same_targets(self, schema: Any) -> bool:
-        pending, seen = _references_in(schema), set()
+        pending, seen = references_in(schema), set()
         while pending:
             ref = pending.pop()
             if ref in seen or not ref.startswith("#"):
                 continue  # identical remote references read the same text
             seen.add(ref)
-            wide_target, wide_error = _resolve_pointer(self.wide_root, ref)
-            narrow_target, narrow_error = _resolve_pointer(self.narrow_root, ref)
+            wide_target, wide_error = resolve_pointer(self.wide_root, ref)
+            narrow_target, narrow_error = resolve_pointer(self.narrow_root, ref)
             if (wide_error is None) != (narrow_error is None):
                 return False
             if wide_error is None:
-                if not _json_equal(wide_target, narrow_target):
+                if not json_equal(wide_target, narrow_target):
                     return False
-                pending += _references_in(wide_target)
+                pending += references_in(wide_target)
         return True
 
     # -- subsumption --------------------------------------------------------------------------
@@ -600,14 +302,14 @@ class _SchemaComparison:
         return findings
 
     def _kinds(self, conjuncts: Sequence[Mapping[str, Any]]) -> frozenset[str]:
-        kinds = _ALL_KINDS
+        kinds = ALL_KINDS
         for schema in conjuncts:
-            if "type" in schema and (type_kinds := _type_kinds(schema["type"])) is not None:
-                kinds &= type_kinds
+            if "type" in schema and (declared := type_kinds(schema["type"])) is not None:
+                kinds &= declared
             if "const" in schema:
-                kinds &= {_value_kind(schema["const"])}
+                kinds &= {value_kind(schema["const"])}
             if isinstance(schema.get("enum"), list):
-                kinds &= {_value_kind(v) for v in schema["enum"]}
+                kinds &= {value_kind(v) for v in schema["enum"]}
         return kinds
 
     def _branch_kinds(self, branch: Any, root: Any) -> frozenset[str]:
@@ -615,7 +317,7 @@ class _SchemaComparison:
         if flat is None:
             return frozenset()
         if any("anyOf" in s or "oneOf" in s for s in flat):
-            return _ALL_KINDS  # nested unions: do not guess
+            return ALL_KINDS  # nested unions: do not guess
         return self._kinds(flat)
 
     @staticmethod
@@ -624,13 +326,13 @@ class _SchemaComparison:
         sets = [[s["const"]] for s in conjuncts if "const" in s]
         sets += [s["enum"] for s in conjuncts if isinstance(s.get("enum"), list)]
         if sets:
-            others = [_ValueSet(values) for values in sets[1:]]
+            others = [ValueSet(values) for values in sets[1:]]
             values = [v for v in sets[0] if all(v in other for other in others)]
         elif kinds <= {"null", "boolean"}:
             values = ([None] if "null" in kinds else []) + ([True, False] if "boolean" in kinds else [])
         else:
             return None
-        return [v for v in values if _value_kind(v) in kinds]
+        return [v for v in values if value_kind(v) in kinds]
 
     def _branches(
         self,
@@ -662,8 +364,8 @@ class _SchemaComparison:
                             at,
                             "type",
                             self._say(
-                                f"old accepted {_type_names(lost)} here; no {keyword} branch of the new schema does",
-                                f"new may return {_type_names(lost)} here; no old {keyword} branch allowed it",
+                                f"old accepted {type_names(lost)} here; no {keyword} branch of the new schema does",
+                                f"new may return {type_names(lost)} here; no old {keyword} branch allowed it",
                             ),
                         )
                     )
@@ -695,10 +397,10 @@ class _SchemaComparison:
         shared_kinds = self._branch_kinds(branch, self.wide_root) & narrow_kinds
         if not shared_kinds:
             return True
-        branch_values = self._finite_values(flat, _ALL_KINDS)
+        branch_values = self._finite_values(flat, ALL_KINDS)
         narrow_values = self._finite_values(narrow, narrow_kinds)
         if branch_values is not None and narrow_values is not None:
-            members = _ValueSet(branch_values)
+            members = ValueSet(branch_values)
             if not any(v in members for v in narrow_values):
                 return True
         # A discriminator: a property the branch requires, whose allowed values the narrow side
@@ -714,7 +416,7 @@ class _SchemaComparison:
             for name in required:
                 if not isinstance(name, str) or not isinstance(properties.get(name), Mapping):
                     continue
-                branch_values = self._finite_values([properties[name]], _ALL_KINDS)
+                branch_values = self._finite_values([properties[name]], ALL_KINDS)
                 declared = [
                     n["properties"][name]
                     for n in narrow
@@ -725,7 +427,7 @@ class _SchemaComparison:
                     continue
                 narrow_values = self._finite_values(flat_narrow, self._kinds(flat_narrow))
                 if narrow_values is not None:
-                    members = _ValueSet(branch_values)
+                    members = ValueSet(branch_values)
                     if not any(v in members for v in narrow_values):
                         return True
         return False
@@ -742,7 +444,7 @@ class _SchemaComparison:
         findings: list[_Finding] = []
         findings += self._type(wide, kinds, path)
         findings += self._enum_and_const(wide, values, path)
-        if kinds & _NUMBERS:
+        if kinds & NUMBERS:
             findings += self._numbers(wide, narrow, kinds, values, path)
         if "string" in kinds:
             findings += self._strings(wide, narrow, values, path)
@@ -756,7 +458,7 @@ class _SchemaComparison:
     def _type(self, wide: Mapping[str, Any], kinds: frozenset[str], path: str) -> list[_Finding]:
         if "type" not in wide:
             return []
-        wide_kinds = _type_kinds(wide["type"])
+        wide_kinds = type_kinds(wide["type"])
         if wide_kinds is None:
             return [(path + "/type", "undecidable", f"type {wide['type']!r} is not a JSON Schema type")]
         lost = kinds - wide_kinds
@@ -767,8 +469,8 @@ class _SchemaComparison:
                 path + "/type",
                 "type",
                 self._say(
-                    f"type narrowed: old accepted {_type_names(kinds)}, new accepts only {_type_names(wide_kinds)}",
-                    f"type widened: old promised {_type_names(wide_kinds)}, new may return {_type_names(kinds)}",
+                    f"type narrowed: old accepted {type_names(kinds)}, new accepts only {type_names(wide_kinds)}",
+                    f"type widened: old promised {type_names(wide_kinds)}, new may return {type_names(kinds)}",
                 ),
             )
         ]
@@ -791,7 +493,7 @@ class _SchemaComparison:
                     )
                 )
             else:
-                members = _ValueSet(allowed)
+                members = ValueSet(allowed)
                 if missing := [v for v in values if v not in members]:
                     findings.append(
                         (
@@ -804,7 +506,7 @@ class _SchemaComparison:
                     )
         if "const" in wide:
             expected = wide["const"]
-            if values is None or any(not _json_equal(v, expected) for v in values):
+            if values is None or any(not json_equal(v, expected) for v in values):
                 findings.append(
                     (
                         path + "/const",
@@ -836,15 +538,15 @@ class _SchemaComparison:
         path: str,
     ) -> list[_Finding]:
         findings: list[_Finding] = []
-        numbers = None if values is None else [v for v in values if _is_number(v)]
-        integers_only = (kinds & _NUMBERS) == {"integer"}
+        numbers = None if values is None else [v for v in values if is_number(v)]
+        integers_only = (kinds & NUMBERS) == {"integer"}
         lower = _tightest(narrow, "minimum", "exclusiveMinimum", max)
         upper = _tightest(narrow, "maximum", "exclusiveMaximum", min)
         for keyword in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
             if keyword not in wide:
                 continue
             bound = wide[keyword]
-            if not _is_number(bound):
+            if not is_number(bound):
                 findings.append((f"{path}/{keyword}", "undecidable", f"{keyword} {bound!r} is not a number"))
                 continue
             exclusive = keyword.startswith("exclusive")
@@ -861,17 +563,17 @@ class _SchemaComparison:
                 findings.append(self._bound(path, keyword, bound, _describe_bound(narrow_bound, is_lower)))
         if "multipleOf" in wide:
             divisor = wide["multipleOf"]
-            if not _is_number(divisor) or divisor <= 0:
+            if not is_number(divisor) or divisor <= 0:
                 findings.append(
                     (f"{path}/multipleOf", "undecidable", f"multipleOf {divisor!r} is not a positive number")
                 )
             elif not (
-                (numbers is not None and all(_is_multiple(v, divisor) for v in numbers))
+                (numbers is not None and all(is_multiple(v, divisor) for v in numbers))
                 or any(
-                    _is_number(n.get("multipleOf")) and n["multipleOf"] > 0 and _is_multiple(n["multipleOf"], divisor)
+                    is_number(n.get("multipleOf")) and n["multipleOf"] > 0 and is_multiple(n["multipleOf"], divisor)
                     for n in narrow
                 )
-                or (integers_only and _is_multiple(1, divisor))
+                or (integers_only and is_multiple(1, divisor))
             ):
                 old = [n["multipleOf"] for n in narrow if "multipleOf" in n]
                 findings.append(
@@ -892,20 +594,20 @@ class _SchemaComparison:
     ) -> list[_Finding]:
         """minLength/maxLength, minItems/maxItems, minProperties/maxProperties."""
         findings: list[_Finding] = []
-        low = max([narrow_low] + [int(n[low_keyword]) for n in narrow if _is_count(n.get(low_keyword))])
-        highs = [int(n[high_keyword]) for n in narrow if _is_count(n.get(high_keyword))]
+        low = max([narrow_low] + [int(n[low_keyword]) for n in narrow if is_count(n.get(low_keyword))])
+        highs = [int(n[high_keyword]) for n in narrow if is_count(n.get(high_keyword))]
         if narrow_high is not None:
             highs.append(narrow_high)
         high = min(highs) if highs else None
         if low_keyword in wide:
             bound = wide[low_keyword]
-            if not _is_count(bound):
+            if not is_count(bound):
                 findings.append((f"{path}/{low_keyword}", "undecidable", f"{low_keyword} {bound!r} is not a count"))
             elif bound > low and not (sizes is not None and all(s >= bound for s in sizes)):
                 findings.append(self._bound(path, low_keyword, bound, f"{low_keyword} {low}"))
         if high_keyword in wide:
             bound = wide[high_keyword]
-            if not _is_count(bound):
+            if not is_count(bound):
                 findings.append((f"{path}/{high_keyword}", "undecidable", f"{high_keyword} {bound!r} is not a count"))
             elif (high is None or high > bound) and not (sizes is not None and all(s <= bound for s in sizes)):
                 findings.append(
@@ -945,7 +647,7 @@ class _SchemaComparison:
         findings = self._counts(
             wide, narrow, path, "minItems", "maxItems", narrow_high=min(closed_lengths) if closed_lengths else None
         )
-        highs = [int(n["maxItems"]) for n in narrow if _is_count(n.get("maxItems"))] + closed_lengths
+        highs = [int(n["maxItems"]) for n in narrow if is_count(n.get("maxItems"))] + closed_lengths
         max_items = min(highs) if highs else None
         if wide.get("uniqueItems") is True and not (
             any(n.get("uniqueItems") is True for n in narrow) or (max_items is not None and max_items <= 1)
@@ -997,7 +699,7 @@ class _SchemaComparison:
             return [(path, "undecidable", "properties/required in a form this checker does not compare")]
         wide_patterns = wide.get("patternProperties") or {}
         patterned = [n for n in narrow if n.get("patternProperties")]
-        if wide_patterns and not any(_json_equal(wide_patterns, n["patternProperties"]) for n in patterned):
+        if wide_patterns and not any(json_equal(wide_patterns, n["patternProperties"]) for n in patterned):
             findings.append(
                 (
                     path + "/patternProperties",
@@ -1126,7 +828,7 @@ class _SchemaComparison:
             n["additionalProperties"]
             for n in narrow
             if "additionalProperties" in n
-            and (not n.get("patternProperties") or _json_equal(n["patternProperties"], wide_patterns))
+            and (not n.get("patternProperties") or json_equal(n["patternProperties"], wide_patterns))
         ]
         if any(o is False for o in others):
             return findings
@@ -1183,8 +885,8 @@ class _SchemaComparison:
 
 def _tightest(narrow: list[Mapping[str, Any]], inclusive: str, exclusive: str, pick: Any) -> tuple[float, bool] | None:
     """The narrow side's tightest bound of one direction as (value, exclusive)."""
-    bounds = [(n[inclusive], False) for n in narrow if _is_number(n.get(inclusive))]
-    bounds += [(n[exclusive], True) for n in narrow if _is_number(n.get(exclusive))]
+    bounds = [(n[inclusive], False) for n in narrow if is_number(n.get(inclusive))]
+    bounds += [(n[exclusive], True) for n in narrow if is_number(n.get(exclusive))]
     if not bounds:
         return None
     best = pick(value for value, _ in bounds)
