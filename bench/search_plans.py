@@ -88,7 +88,10 @@ def summary(plan: str) -> dict:
     )
     seq = sorted(set(re.findall(r"Seq Scan on (\w+)", plan)))
     time_ms = float(m.group(1)) if (m := re.search(r"Execution Time: ([\d.]+) ms", plan)) else None
-    return {"ms": time_ms, "indexes": indexes, "seq_scans": seq}
+    # The plan's first Buffers line is its root's: every page the statement touched.
+    found = re.search(r"Buffers: shared((?: \w+=\d+)+)", plan)
+    buffers = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", found.group(1))} if found else {}
+    return {"ms": time_ms, "buffers": sum(buffers.values()), "indexes": indexes, "seq_scans": seq}
 
 
 async def run(dsn: str, versions_target: int) -> dict:
@@ -105,6 +108,9 @@ async def run(dsn: str, versions_target: int) -> dict:
         await apply_migrations(conn)
         started = time.monotonic()
         await conn.execute(_insert_sql().replace("$1", str(int(agents))))
+        # Rows inserted with SQL: the latest marker as publishing would leave it (db.capabilities).
+        await capabilities.refresh_all_latest(conn)
+        await conn.execute("VACUUM ANALYZE")  # the marker's update leaves a dead copy of each marked row
         load_s = time.monotonic() - started
     finally:
         await conn.close()
@@ -136,6 +142,7 @@ async def run(dsn: str, versions_target: int) -> dict:
             "offers candidates (limit 500, skill prefix)": dict(
                 viewer="acme", q="lookup invoice", filters=ranking.SearchFilters(skill="invoice.*"), limit=500
             ),
+            "a word in every record (agent), public": dict(viewer=None, q="agent", filters=ranking.SearchFilters()),
         }
         report: dict = {
             "versions": versions,
@@ -158,6 +165,7 @@ async def run(dsn: str, versions_target: int) -> dict:
                 )
                 entry["next_page"] = [summary(p) for p in conn.plans]
             report["shapes"][title] = entry
+        report["shapes"].update(await ard_shapes(pool))
         conn = Explaining(pool)
         await capabilities.discover(conn, viewer_tenant=None, limit=51)
         report["shapes"]["without q: public first page (unchanged)"] = {
@@ -170,6 +178,71 @@ async def run(dsn: str, versions_target: int) -> dict:
     return report
 
 
+async def ard_shapes(pool) -> dict:
+    """The statements of ARD (db.ard) behind search, explore, list, lookup and entry rows."""
+    from db import ard as ard_queries
+    from registry.ard.service import text_match
+
+    shapes: dict = {}
+
+    async def shape(title: str, call) -> list:
+        conn = Explaining(pool)
+        rows = await call(conn)
+        shapes[title] = {"queries": [summary(p) for p in conn.plans], "results": len(rows), "plans": conn.plans}
+        return rows
+
+    none = ard_queries.EntryFilter()
+    for word in ("invoice", "agent"):
+        text = await text_match(pool, word)
+        page = await shape(
+            f"ARD search {word!r}, page of 10",
+            lambda c, t=text: ard_queries.ranked_page(c, viewer_tenant=None, where=none, text=t, after=None, limit=11),
+        )
+        await shape(
+            f"ARD search {word!r} + tags + sideEffectMax, tenant viewer",
+            lambda c, t=text: ard_queries.ranked_page(
+                c,
+                viewer_tenant="acme",
+                where=ard_queries.EntryFilter(tags=("finance",), side_effect_max=1),
+                text=t,
+                after=None,
+                limit=11,
+            ),
+        )
+        facets = [ard_queries.FacetRequest("tags", 20, 1), ard_queries.FacetRequest("publisher", 20, 1)]
+        await shape(
+            f"ARD explore {word!r} (tags, publisher)",
+            lambda c, t=text, f=facets: ard_queries.facet_counts(
+                c, viewer_tenant=None, where=none, text=t, facets=f, configured={}
+            ),
+        )
+    facets = [ard_queries.FacetRequest("type", 20, 1), ard_queries.FacetRequest("tags", 20, 1)]
+    await shape(
+        "ARD explore without text (type, tags)",
+        lambda c: ard_queries.facet_counts(c, viewer_tenant=None, where=none, text=None, facets=facets, configured={}),
+    )
+    listed = await shape(
+        "ARD list, first page of 20",
+        lambda c: ard_queries.identifier_page(c, viewer_tenant=None, where=none, configured={}, after=None, limit=21),
+    )
+    await shape(
+        "ARD lookup of one identifier",
+        lambda c: ard_queries.ranked_page(
+            c,
+            viewer_tenant=None,
+            where=ard_queries.EntryFilter(agent=(listed[0]["tenant"], listed[0]["agent_id"])),
+            text=None,
+            after=None,
+            limit=1,
+        ),
+    )
+    await shape(
+        "ARD entry rows of a page of 10",
+        lambda c: ard_queries.entry_rows(c, [(r["tenant"], r["agent_id"]) for r in page[:10]]),
+    )
+    return shapes
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.search_plans", description=__doc__.splitlines()[0])
     parser.add_argument("--versions", type=int, default=100_000, help="capability versions to insert (default 100,000)")
@@ -177,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database-url", help="create a fresh database on this PostgreSQL server (default: embedded)")
     parser.add_argument("--plans", action="store_true", help="print the full plans too")
     parser.add_argument("--json", type=Path, help="write the report (with plans) to this file")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the database (its name is printed) for EXPLAIN by hand"
+    )
     args = parser.parse_args(argv)
     target = 10_000 if args.quick else args.versions
     from bench.__main__ import create_database, drop_database
@@ -193,8 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = asyncio.run(run(dsn, target))
     finally:
-        if name is not None:
+        if name is not None and not args.keep:
             drop_database(args.database_url, name)
+        elif name is not None:
+            print(f"kept database {name}")
         del embedded
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
@@ -215,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
                 ]
                 misses += bool(bad)
                 print(
-                    f"  {label}{q['ms']} ms  indexes: {', '.join(q['indexes']) or '-'}"
+                    f"  {label}{q['ms']} ms  {q['buffers']} buffers  indexes: {', '.join(q['indexes']) or '-'}"
                     + (f"  SEQ SCAN: {', '.join(bad)}" if bad else "")
                 )
         if args.plans:

@@ -1,9 +1,10 @@
 """Queries behind ARD (docs/api.md#ard): the matched set of agents a caller may see, its pages in
 relevance or identifier order, the public rows of a page's entries, and facet counts, all in SQL.
 
-The matched set is discovery's (db.capabilities.visible_agents_filter and IN_FORCE, the latest version of
-each skill, read per agent through capability_versions_order): an agent is an entry when discovery shows the caller at least one of its capabilities,
-and filters and text are decided on those latest versions, as `versions=latest` decides them.
+The matched set is discovery's (db.capabilities.visible_agents_filter, and the latest in-force version
+of each skill: db.capabilities.latest_in_force): an agent is an entry when discovery shows the caller
+at least one of its capabilities, and filters and text are decided on those latest versions, as
+`versions=latest` decides them. Relevance is ranked search's own (db.ranked_search.score_sql).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import asyncpg
 import msgspec
 
 from db.agents import HEALTH_SQL, LIVE_INSTANCES_SQL
-from db.capabilities import IN_FORCE, LEASE_UNTIL_SQL, visible_agents_filter
+from db.capabilities import LEASE_UNTIL_SQL, latest_in_force, visible_agents_filter
+from db.ranked_search import WordQueries, match_sql, score_sql, terms_sql
 
 A2A_CARD_TYPE = "application/a2a-agent-card+json"
 SIDE_EFFECT_NAMES = ("none", "idempotent", "write", "destructive")  # by rank
@@ -40,31 +42,9 @@ def publisher_sql(column: str, bind: Bind, configured: dict[str, str]) -> str:
     return f"(CASE WHEN {column} = ANY ({tenants}::text[]) THEN ({domains}::text[])[array_position({tenants}::text[], {column})] ELSE {default} END)"
 
 
-class TextMatch(msgspec.Struct, frozen=True):
-    """Ranked search's plan of a text (registry.discovery.ranking.plan_query: tsquery texts of its words, stop
-    words dropped, corrections added): a version matches when any word's query does, and its score
-    is db.ranked_search's (words matched times (words + 1), plus those matched in id, name or tags)."""
-
-    any_query: str
-    word_queries: list[str]
-    head_queries: list[str]
-
-
-def _terms(bind: Bind, text: TextMatch) -> str:
-    """One tsquery per word (and per word restricted to id, name and tags), parsed once."""
-    columns = [f"to_tsquery('english', {bind(text.any_query)}) AS any_q"]
-    for i, (word_query, head_query) in enumerate(zip(text.word_queries, text.head_queries, strict=False)):
-        columns.append(f"to_tsquery('english', {bind(word_query)}) AS w{i}")
-        columns.append(f"to_tsquery('english', {bind(head_query)}) AS h{i}")
-    return "SELECT " + ", ".join(columns)
-
-
-def _score(text: TextMatch) -> str:
-    # db.ranked_search.ranked's score, over the same plan (tests/ard/test_ard.py holds the orders equal).
-    words = len(text.word_queries)
-    matched = " + ".join(f"(c.search_vector @@ t.w{i})::int" for i in range(words))
-    head = " + ".join(f"(c.search_vector @@ t.h{i})::int" for i in range(words))
-    return f"(({matched}) * {words + 1} + ({head}))"
+# Ranked search's plan of a text (registry.discovery.ranking.plan_text): a version matches when any
+# word's query does, and its score is db.ranked_search.score_sql, the one ranker.
+TextMatch = WordQueries
 
 
 class EntryFilter(msgspec.Struct, frozen=True, kw_only=True):
@@ -89,20 +69,8 @@ def _like(text: str) -> str:
     return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-def latest_versions(alias: str, columns: str) -> str:
-    """The in-force latest version of each skill of agent row `alias`, read in the order of
-    capability_versions_order (no sort), as discovery's `versions=latest` chooses it."""
-    return f"""SELECT DISTINCT ON (c.skill_id) {columns}
-                 FROM capability_versions c
-                WHERE c.tenant = {alias}.tenant AND c.agent_id = {alias}.agent_id AND {IN_FORCE}
-                ORDER BY c.skill_id, c.prerelease, c.version_key DESC"""
-
-
-def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text: TextMatch | None) -> str:
-    """`matched` (one row per entry: tenant, agent_id, capabilities, side_effect_rank, score) as WITH
-    items. Each candidate agent's latest versions are read through the index, per agent, and
-    aggregated there; with text, only agents with a matching in-force version (the GIN index on
-    search_vector) are candidates at all."""
+def _agent_filters(bind: Bind, viewer_tenant: str | None, where: EntryFilter) -> list[str]:
+    """The conditions on agent row `a`: visibility (discovery's) and the filters on agent fields."""
     agent_filters = [visible_agents_filter(viewer_tenant, bind)]
     if where.agent is not None:
         agent_filters.append(f"a.tenant = {bind(where.agent[0])} AND a.agent_id = {bind(where.agent[1])}")
@@ -121,17 +89,26 @@ def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text
         agent_filters.append(f"a.created_at > {bind(where.created_after)}")
     if where.health is not None:
         agent_filters.append(f"{HEALTH_SQL} = ANY ({bind(list(where.health))}::text[])")
+    return agent_filters
+
+
+def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text: TextMatch | None) -> str:
+    """`matched` (one row per entry: tenant, agent_id, capabilities, side_effect_rank, score) as WITH
+    items. An entry's skills are the latest in-force versions (db.capabilities.latest_in_force: rows
+    the latest marker holds, read per agent through capability_versions_latest_agent); with
+    text, only agents with a matching latest version (the partial GIN index) are candidates."""
+    agent_filters = _agent_filters(bind, viewer_tenant, where)
 
     match, relevance = "true", "0"
     sources = "agents a"
     prelude = ""
     if text is not None:
-        match = "c.search_vector @@ t.any_q"
-        relevance = f"CASE WHEN c.search_vector @@ t.any_q THEN {_score(text)} ELSE 0 END"
-        prelude = f"""t AS MATERIALIZED ({_terms(bind, text)}),
+        match = "l.search_vector @@ t.any_q"
+        relevance = f"CASE WHEN l.search_vector @@ t.any_q THEN {score_sql(text, 'l')} ELSE 0 END"
+        prelude = f"""t AS MATERIALIZED ({terms_sql(bind, text)}),
         hits AS MATERIALIZED (
             SELECT DISTINCT c.tenant, c.agent_id FROM capability_versions c, t
-             WHERE c.search_vector @@ t.any_q AND {IN_FORCE}), """
+             WHERE {match_sql(bind, text)} AND {latest_in_force("c")}), """
         sources = "hits h JOIN agents a ON a.tenant = h.tenant AND a.agent_id = h.agent_id CROSS JOIN t"
 
     entry_filters = ["s.text_match"]
@@ -149,18 +126,18 @@ def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text
             f"bool_or(cardinality(l.data_regions) = 0 OR l.data_regions && {bind(list(where.regions))}::text[]) AS has_region"
         )
         entry_filters.append("s.has_region")
-    latest = latest_versions(
-        "a", f"c.skill_id, c.tags, c.side_effect_rank, c.data_regions, {match} AS text_match, {relevance} AS relevance"
-    )
+    # Per agent, its marked rows through capability_versions_latest_agent (no sort, no DISTINCT ON):
+    # aggregated where they are read, so no statement-wide sort or spill.
     return f"""{prelude}matched AS (
         SELECT a.tenant, a.agent_id, s.capabilities, s.side_effect_rank, s.score
           FROM {sources}
          CROSS JOIN LATERAL (
                SELECT array_agg(l.skill_id ORDER BY l.skill_id) AS capabilities,
                       max(l.side_effect_rank) AS side_effect_rank,
-                      max(l.relevance) FILTER (WHERE l.text_match) AS score,
-                      bool_or(l.text_match) AS text_match{"".join(", " + x for x in aggregates)}
-                 FROM ({latest}) l) s
+                      max({relevance}) FILTER (WHERE {match}) AS score,
+                      bool_or({match}) AS text_match{"".join(", " + x for x in aggregates)}
+                 FROM capability_versions l
+                WHERE l.tenant = a.tenant AND l.agent_id = a.agent_id AND {latest_in_force("l")}) s
          WHERE {" AND ".join(agent_filters + entry_filters)}
     )"""
 
@@ -213,7 +190,60 @@ async def identifier_page(
     after: str | None,
     limit: int,
 ) -> list[asyncpg.Record]:
-    """Entries in identifier order (`urn:air:{publisher}:{agentId}`, bytewise): (tenant, agent_id, identifier)."""
+    """Entries in identifier order (`urn:air:{publisher}:{agentId}`, bytewise): (tenant, agent_id, identifier).
+
+    Bounded by the page, not the registry: an identifier is its tenant's prefix
+    (`urn:air:{publisher}:`, which holds no `:` but its last) and the agent id, so identifier order
+    is prefix order, then agent ids bytewise within a tenant. Each tenant (found by a loose index
+    scan of agents_pkey) contributes at most `limit` entries read in order through
+    agents_identifier_order, from where `after` leaves it; the page is the first `limit` of those.
+    Filters on skills (tags, capabilities, side effect, regions) take the matched set instead."""
+    if any(v is not None for v in (where.tags, where.capabilities, where.side_effect_max, where.regions)):
+        return await _identifier_page_matched(
+            conn, viewer_tenant=viewer_tenant, where=where, configured=configured, after=after, limit=limit
+        )
+    query = Query()
+    agent_filters = _agent_filters(query.bind, viewer_tenant, where)
+    publisher = publisher_sql("t.tenant", query.bind, configured)
+    start = query.bind(after if after is not None else "")
+    n = query.bind(limit)
+    sql = f"""WITH RECURSIVE tenants AS (
+            (SELECT a.tenant FROM agents a ORDER BY a.tenant LIMIT 1)
+            UNION ALL
+            SELECT (SELECT a.tenant FROM agents a WHERE a.tenant > t.tenant ORDER BY a.tenant LIMIT 1)
+              FROM tenants t WHERE t.tenant IS NOT NULL),
+        prefixes AS (
+            SELECT p.tenant, p.prefix,
+                   CASE WHEN left({start}, length(p.prefix)) = p.prefix THEN substr({start}, length(p.prefix) + 1)
+                        ELSE '' END COLLATE "C" AS after_id
+              FROM (SELECT t.tenant, ('urn:air:' || {publisher} || ':') COLLATE "C" AS prefix
+                      FROM tenants t WHERE t.tenant IS NOT NULL) p
+             WHERE p.prefix > {start} OR left({start}, length(p.prefix)) = p.prefix)
+        SELECT e.tenant, e.agent_id, e.identifier
+          FROM prefixes p
+         CROSS JOIN LATERAL (
+               SELECT a.tenant, a.agent_id, (p.prefix || a.agent_id) COLLATE "C" AS identifier
+                 FROM agents a
+                WHERE a.tenant = p.tenant AND a.agent_id COLLATE "C" > p.after_id
+                  AND {" AND ".join(agent_filters)}
+                  AND EXISTS (SELECT 1 FROM capability_versions l
+                               WHERE l.tenant = a.tenant AND l.agent_id = a.agent_id AND {latest_in_force("l")})
+                ORDER BY a.agent_id COLLATE "C"
+                LIMIT {n}) e
+         ORDER BY e.identifier
+         LIMIT {n}"""
+    return await conn.fetch(sql, *query.params)
+
+
+async def _identifier_page_matched(
+    conn: asyncpg.Connection,
+    *,
+    viewer_tenant: str | None,
+    where: EntryFilter,
+    configured: dict[str, str],
+    after: str | None,
+    limit: int,
+) -> list[asyncpg.Record]:
     query = Query()
     ctes = matched_ctes(query.bind, viewer_tenant, where, None)
     publisher = publisher_sql("m.tenant", query.bind, configured)
@@ -243,10 +273,8 @@ async def entry_rows(conn: asyncpg.Connection, keys: Sequence[tuple[str, str]]) 
                    SELECT coalesce(jsonb_agg(jsonb_build_object(
                               'id', l.skill_id, 'tags', l.tags, 'sideEffectRank', l.side_effect_rank,
                               'regions', l.data_regions, 'examples', l.examples) ORDER BY l.skill_id), '[]') AS skills
-                     FROM (SELECT DISTINCT ON (c.skill_id) c.skill_id, c.tags, c.side_effect_rank, c.data_regions, c.examples
-                             FROM capability_versions c
-                            WHERE c.tenant = a.tenant AND c.agent_id = a.agent_id AND {IN_FORCE}
-                            ORDER BY c.skill_id, c.prerelease, c.version_key DESC) l) s""",
+                     FROM capability_versions l
+                    WHERE l.tenant = a.tenant AND l.agent_id = a.agent_id AND {latest_in_force("l")}) s""",
         [k[0] for k in keys],
         [k[1] for k in keys],
     )
@@ -257,7 +285,8 @@ def _facet_groups(field: str, publisher: str) -> str:
     def per_entry(column: str) -> str:  # each value once per entry, over its latest versions
         return (
             f"SELECT v AS value, count(*) AS n FROM matched m CROSS JOIN LATERAL (SELECT DISTINCT v FROM"
-            f" ({latest_versions('m', 'c.' + column)}) l CROSS JOIN unnest(l.{column}) v) x GROUP BY v"
+            f" capability_versions l CROSS JOIN unnest(l.{column}) v"
+            f" WHERE l.tenant = m.tenant AND l.agent_id = m.agent_id AND {latest_in_force('l')}) x GROUP BY v"
         )
 
     return {

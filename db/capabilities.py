@@ -8,7 +8,7 @@ from typing import Any
 
 import asyncpg
 
-from db.agents import HEALTH_SQL, LIVE_INSTANCES_SQL
+from db.agents import HEALTH_SQL, LIVE_INSTANCES_SQL, lock_agent
 
 PUBLIC_COLUMNS = (
     "c.tenant, c.agent_id, c.skill_id, c.version, c.version_key, c.prerelease, c.name, c.description, c.tags, "
@@ -22,13 +22,93 @@ DETAIL_COLUMNS = (
 )
 
 # Discovery, cards, `latest` and ranges show what is in force now: not retired, not a candidate
-# (a version waiting for its replay, docs/api.md#the-replay-gate), and effective. The one definition.
-IN_FORCE = "c.status <> 'retired' AND c.status <> 'candidate' AND (c.effective_at IS NULL OR c.effective_at <= now())"
+# (a version waiting for its replay, docs/api.md#the-replay-gate), and effective. The one definition
+# (its two halves: withdrawn by a write, or not yet effective by the clock, the database's).
+NOT_WITHDRAWN = "c.status <> 'retired' AND c.status <> 'candidate'"
+EFFECTIVE_NOW = "(c.effective_at IS NULL OR c.effective_at <= now())"
+IN_FORCE = f"{NOT_WITHDRAWN} AND {EFFECTIVE_NOW}"
+# Precedence among a skill's versions: releases before pre-releases, then the highest first. The
+# latest version of a skill is its first in-force version in this order (`versions=latest`).
+LATEST_ORDER = "c.prerelease, c.version_key DESC"
 VISIBLE_TO = "(a.visibility = 'public' OR a.tenant = {t} OR {t} = ANY (a.shared_with))"
 # When the agent's lease figures would next change by themselves: its first live lease lapsing
 # (liveInstances drops; health flips at the last one). Cached pages end there.
 LEASE_UNTIL_SQL = """(SELECT min(i.expires_at) FROM agent_instances i
                         WHERE i.tenant = a.tenant AND i.agent_id = a.agent_id AND i.expires_at > now())"""
+
+
+def in_force(alias: str) -> str:
+    """IN_FORCE of the version row `alias`."""
+    return IN_FORCE.replace("c.", f"{alias}.")
+
+
+# The latest marker (migration 0012): a maintained hint that lets a search read "the latest
+# in-force version of each skill" from an index instead of choosing it per match. It is derived
+# from IN_FORCE and LATEST_ORDER above (refresh_latest) and never replaces them: rows marked are
+# every not-withdrawn version that no in-force version precedes, i.e. the latest in force now and
+# the newer versions whose effectiveAt is still to come, and `latest_until` is when a marked row
+# may stop being the latest by time alone (the earliest effectiveAt of a marked version before
+# it; NULL: never). Writes that change what is in force (publishing, retiring, releasing a
+# candidate) refresh the skill under the agent's lock; the clock needs no write: past
+# `latest_until` the query checks the newer marked versions itself (LATEST_IN_FORCE). A sunset
+# date passing changes nothing here: a deprecated version stays in force until it is retired.
+def latest_in_force(alias: str = "c") -> str:
+    """The SQL condition: version row `alias` is the latest in-force version of its skill now."""
+    n = "n_" + alias
+    return f"""({alias}.latest AND {in_force(alias)}
+        AND ({alias}.latest_until IS NULL OR {alias}.latest_until > now()
+             OR NOT EXISTS (SELECT 1 FROM capability_versions {n}
+                             WHERE {n}.tenant = {alias}.tenant AND {n}.agent_id = {alias}.agent_id
+                               AND {n}.skill_id = {alias}.skill_id AND {n}.latest AND {in_force(n)}
+                               AND ({n}.prerelease < {alias}.prerelease
+                                    OR ({n}.prerelease = {alias}.prerelease AND {n}.version_key > {alias}.version_key)))))"""
+
+
+LATEST_IN_FORCE = latest_in_force("c")
+
+
+def _refresh_latest_sql(keys: str) -> str:
+    """One window pass over the skills' versions in LATEST_ORDER (`keys`: a condition on `c`)."""
+    return f"""
+        WITH ordered AS MATERIALIZED (
+            SELECT c.tenant, c.agent_id, c.skill_id, c.version, ({NOT_WITHDRAWN}) AS live,
+                   count(*) FILTER (WHERE {IN_FORCE}) OVER before AS in_force_before,
+                   min(c.effective_at) FILTER (WHERE {NOT_WITHDRAWN}) OVER before AS next_effective
+              FROM capability_versions c
+             WHERE {keys}
+            WINDOW before AS (PARTITION BY c.tenant, c.agent_id, c.skill_id ORDER BY {LATEST_ORDER}
+                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)),
+        target AS (
+            SELECT o.tenant, o.agent_id, o.skill_id, o.version, o.live AND o.in_force_before = 0 AS latest,
+                   CASE WHEN o.live AND o.in_force_before = 0 THEN o.next_effective END AS latest_until
+              FROM ordered o)
+        UPDATE capability_versions u SET latest = t.latest, latest_until = t.latest_until
+          FROM target t
+         WHERE u.tenant = t.tenant AND u.agent_id = t.agent_id AND u.skill_id = t.skill_id AND u.version = t.version
+           AND (u.latest IS DISTINCT FROM t.latest OR u.latest_until IS DISTINCT FROM t.latest_until)"""
+
+
+async def refresh_latest(conn: asyncpg.Connection, keys: list[tuple[str, str, str]]) -> None:
+    """Re-derive the latest marker of the given (tenant, agent, skill) keys, in the writing
+    transaction. Takes each agent's registration lock first (db.agents.lock_agent, in key order) so
+    concurrent writers of one skill refresh one after the other, each seeing the other's rows."""
+    if not keys:
+        return
+    for tenant, agent_id in sorted({(k[0], k[1]) for k in keys}):
+        await lock_agent(conn, tenant, agent_id)
+    await conn.execute(
+        _refresh_latest_sql(
+            "(c.tenant, c.agent_id, c.skill_id) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))"
+        ),
+        [k[0] for k in keys],
+        [k[1] for k in keys],
+        [k[2] for k in keys],
+    )
+
+
+async def refresh_all_latest(conn: asyncpg.Connection) -> None:
+    """The latest marker of every skill (migration 0012's backfill; bench data inserted with SQL)."""
+    await conn.execute(_refresh_latest_sql("true"))
 
 
 async def content_hashes(conn: asyncpg.Connection, tenant: str, agent_id: str) -> dict[tuple[str, str], str]:
@@ -51,6 +131,7 @@ async def insert_versions(conn: asyncpg.Connection, rows: list[dict[str, Any]]) 
         f"INSERT INTO capability_versions ({', '.join(columns)}) VALUES ({placeholders})",
         [tuple(row[column] for column in columns) for row in rows],
     )
+    await refresh_latest(conn, [(row["tenant"], row["agent_id"], row["skill_id"]) for row in rows])
 
 
 async def add_search_words(conn: asyncpg.Connection, texts: list[str]) -> None:
@@ -98,7 +179,7 @@ async def latest_per_skill(
         f"""SELECT DISTINCT ON (c.skill_id) {columns}, {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances
               FROM capability_versions c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
              WHERE c.tenant = $1 AND c.agent_id = $2 AND {IN_FORCE}
-             ORDER BY c.skill_id, c.prerelease, c.version_key DESC""",
+             ORDER BY c.skill_id, {LATEST_ORDER}""",
         tenant,
         agent_id,
     )
@@ -232,7 +313,7 @@ async def discover(
         versions = f"""SELECT DISTINCT ON (c.skill_id) {PUBLIC_COLUMNS}, c.side_effect_rank
                          FROM capability_versions c
                         WHERE c.tenant = a.tenant AND c.agent_id = a.agent_id AND {" AND ".join(version_filters)}
-                        ORDER BY c.skill_id, c.prerelease, c.version_key DESC"""
+                        ORDER BY c.skill_id, {LATEST_ORDER}"""
         order = "a.tenant, a.agent_id, c.skill_id"
     else:
         versions = f"""SELECT {PUBLIC_COLUMNS}, c.side_effect_rank
@@ -306,6 +387,7 @@ async def retire_version(conn: asyncpg.Connection, tenant: str, agent_id: str, s
         skill_id,
         version,
     )
+    await refresh_latest(conn, [(tenant, agent_id, skill_id)])
 
 
 async def fixtures_of(
@@ -365,3 +447,4 @@ async def release_candidate(conn: asyncpg.Connection, tenant: str, agent_id: str
         skill_id,
         version,
     )
+    await refresh_latest(conn, [(tenant, agent_id, skill_id)])

@@ -11,6 +11,17 @@ import asyncpg
 _MIGRATION_LOCK = 0x6361_7072_6567  # "capreg"
 
 
+async def _backfill_latest(conn: asyncpg.Connection) -> None:
+    from db.capabilities import refresh_all_latest
+
+    await refresh_all_latest(conn)
+
+
+# Steps run in a migration's transaction right after its SQL: data derived by rules that live in
+# Python-built SQL (one definition), not written again in a migration file.
+_AFTER = {12: _backfill_latest}
+
+
 class MigrationError(RuntimeError):
     pass
 
@@ -54,6 +65,8 @@ async def apply_migrations(conn: asyncpg.Connection, *, upto: int | None = None)
                 continue
             async with conn.transaction():
                 await conn.execute(sql)
+                if version in _AFTER:
+                    await _AFTER[version](conn)
                 await conn.execute(
                     "INSERT INTO schema_migrations (version, name, sha256) VALUES ($1, $2, $3)",
                     version,

@@ -5,6 +5,11 @@ from __future__ import annotations
 import asyncpg
 import msgspec
 
+# JIT off: capreg's statements are short, and a plan whose estimated cost passes jit_above_cost
+# (a broad search at 100,000 versions) spent 1.4-1.5 s compiling with LLVM to run for 0.7 s
+# (docs/performance.md#ranked-search). Set per connection, so the server's default stays as it is.
+SERVER_SETTINGS = {"jit": "off"}
+
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
 
@@ -40,10 +45,11 @@ async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 10) -> asy
         init=_init_connection,
         reset=_reset_connection,
         command_timeout=30,
+        server_settings=SERVER_SETTINGS,
     )
 
 
 async def connect(dsn: str) -> asyncpg.Connection:
-    conn = await asyncpg.connect(dsn)
+    conn = await asyncpg.connect(dsn, server_settings=SERVER_SETTINGS)
     await _init_connection(conn)
     return conn

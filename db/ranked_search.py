@@ -8,14 +8,17 @@ only in the description (C), and GIN indexes answer both the match and the lexic
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
+import msgspec
 
 from db.agents import HEALTH_SQL, LIVE_INSTANCES_SQL
 from db.capabilities import (
     HAS_LIVE_INSTANCE,
     IN_FORCE,
+    LATEST_IN_FORCE,
     LEASE_UNTIL_SQL,
     PUBLIC_COLUMNS,
     _like_escape,
@@ -28,6 +31,43 @@ from db.capabilities import (
 NEAR_WORDS_MAX = 64
 # The ref as capability_ref writes it, compared bytewise: the tie order of ranked results.
 REF_SQL = """(c.tenant || '/' || c.agent_id || '/' || c.skill_id || '@' || c.version) COLLATE "C\""""
+
+
+class WordQueries(msgspec.Struct, frozen=True):
+    """The tsquery texts of a query's words (registry.discovery.ranking.plan_query: stop words
+    dropped, corrections added): `word_queries[i]` matches the i-th word, `head_queries[i]` the same
+    in id, name or tags only (`:AB`), `any_query` any word."""
+
+    any_query: str
+    word_queries: list[str]
+    head_queries: list[str]
+
+
+def terms_sql(bind: Callable[[Any], str], words: WordQueries) -> str:
+    """A one-row SELECT of the parsed tsqueries (`any_q`, `w{i}`, `h{i}`), parsed once per statement."""
+    columns = [f"to_tsquery('english', {bind(words.any_query)}) AS any_q"]
+    for i, (word_query, head_query) in enumerate(zip(words.word_queries, words.head_queries, strict=False)):
+        columns.append(f"to_tsquery('english', {bind(word_query)}) AS w{i}")
+        columns.append(f"to_tsquery('english', {bind(head_query)}) AS h{i}")
+    return "SELECT " + ", ".join(columns)
+
+
+def match_sql(bind: Callable[[Any], str], words: WordQueries, alias: str = "c") -> str:
+    """Row `alias` matches any word. The tsquery is spelt here with its own parameter rather than
+    read from the terms row, so that a custom plan sees the value and estimates how many rows match
+    (from the vector column's statistics): a word in a few rows is read through the GIN index, a word
+    in most rows by walking the visible agents (docs/performance.md#ranked-search)."""
+    return f"{alias}.search_vector @@ to_tsquery('english', {bind(words.any_query)})"
+
+
+def score_sql(words: WordQueries, alias: str = "c", terms: str = "t") -> str:
+    """The relevance of version row `alias` against the terms row `terms` (terms_sql): words
+    matched times (words + 1), plus words matched in id, name or tags. The one ranker: ranked
+    search, offers and ARD (db.ard) all order by it."""
+    n = len(words.word_queries)
+    matched = " + ".join(f"({alias}.search_vector @@ {terms}.w{i})::int" for i in range(n))
+    head = " + ".join(f"({alias}.search_vector @@ {terms}.h{i})::int" for i in range(n))
+    return f"(({matched}) * {n + 1} + ({head}))"
 
 
 async def analyse_words(
@@ -59,9 +99,7 @@ async def ranked(
     conn: asyncpg.Connection | asyncpg.Pool,
     *,
     viewer_tenant: str | None,
-    any_query: str,
-    word_queries: list[str],
-    head_queries: list[str],
+    words: WordQueries,
     skill: str | None = None,
     tags: list[str] | None = None,
     side_effect_max: int | None = None,
@@ -74,14 +112,13 @@ async def ranked(
     after: tuple[int, str] | None = None,
     limit: int = 50,
 ) -> list[asyncpg.Record]:
-    """One page of capability rows matching `any_query`, best first: `score` (words matched times
-    (words + 1) plus words matched in id, name or tags) descending, then `ref` bytewise.
+    """One page of capability rows matching `words.any_query`, best first: `score` (score_sql)
+    descending, then `ref` bytewise.
 
-    The queries are `to_tsquery('english', ...)` texts built by registry.discovery.ranking from words that
-    hold only letters and digits (so nothing in them is an operator): `word_queries[i]` matches the
-    i-th query word (or one of its corrections), `head_queries[i]` the same restricted to id, name
-    and tags (`:AB`). Filters as in db.capabilities.discover: on the (tenant, agent, skill) key before
-    the latest version is chosen, on content after. `after` is the (score, ref) a page ended at.
+    The queries are `to_tsquery('english', ...)` texts built by registry.discovery.ranking from words
+    that hold only letters and digits (so nothing in them is an operator). Filters as in
+    db.capabilities.discover, decided on the latest version ("the latest, if it matches"). `after`
+    is the (score, ref) a page ended at.
     """
     params: list[Any] = []
 
@@ -89,13 +126,7 @@ async def ranked(
         params.append(value)
         return f"${len(params)}"
 
-    # One tsquery per word (and per word restricted to id, name and tags), parsed once per query.
-    words = len(word_queries)
-    term_columns = [f"to_tsquery('english', {bind(any_query)}) AS any_q"]
-    for i, (word_query, head_query) in enumerate(zip(word_queries, head_queries, strict=False)):
-        term_columns.append(f"to_tsquery('english', {bind(word_query)}) AS w{i}")
-        term_columns.append(f"to_tsquery('english', {bind(head_query)}) AS h{i}")
-    terms = "SELECT " + ", ".join(term_columns)
+    terms = terms_sql(bind, words)
 
     key_filters = []
     if tenant is not None:
@@ -110,43 +141,22 @@ async def ranked(
     agent_filters = [visible_agents_filter(viewer_tenant, bind)]
     if healthy_only:
         agent_filters.append(HAS_LIVE_INSTANCE)
-    content_filters = ["c.search_vector @@ t.any_q"] + content_filter(
+    content_filters = [match_sql(bind, words)] + content_filter(
         bind, tags=tags, side_effect_max=side_effect_max, region=region, status=status
     )
 
-    matched = " + ".join(f"(c.search_vector @@ t.w{i})::int" for i in range(words))
-    head = " + ".join(f"(c.search_vector @@ t.h{i})::int" for i in range(words))
-    score = f"(({matched}) * {words + 1} + ({head}))"
+    score = score_sql(words)
     where_key = " AND ".join(key_filters) if key_filters else "true"
-    if latest_only:
-        # The GIN index finds the skills with a matching version; each one's latest in-force
-        # version (through capability_versions_order) must match itself ("the latest, if it matches").
-        ranked_rows = f"""
-            hits AS MATERIALIZED (
-                SELECT DISTINCT c.tenant, c.agent_id, c.skill_id
-                  FROM capability_versions c, t
-                 WHERE c.search_vector @@ t.any_q AND {IN_FORCE} AND {where_key}),
-            ranked AS (
-                SELECT c.tenant, c.agent_id, c.skill_id, c.version, {score} AS score, {REF_SQL} AS ref_key
-                  FROM hits h
-                  JOIN agents a ON a.tenant = h.tenant AND a.agent_id = h.agent_id
-                 CROSS JOIN t
-                 CROSS JOIN LATERAL (
-                       SELECT l.tenant, l.agent_id, l.skill_id, l.version, l.search_vector, l.tags, l.side_effect_rank,
-                              l.data_regions, l.status
-                         FROM capability_versions l
-                        WHERE l.tenant = h.tenant AND l.agent_id = h.agent_id AND l.skill_id = h.skill_id
-                          AND {IN_FORCE.replace("c.", "l.")}
-                        ORDER BY l.prerelease, l.version_key DESC LIMIT 1) c
-                 WHERE {" AND ".join(agent_filters + content_filters)})"""
-    else:
-        ranked_rows = f"""
+    # The GIN index finds matching versions; with `latest`, only those the latest marker holds (a
+    # partial index), each confirmed the latest in force now (db.capabilities.latest_in_force).
+    version_filter = LATEST_IN_FORCE if latest_only else IN_FORCE
+    ranked_rows = f"""
             ranked AS (
                 SELECT c.tenant, c.agent_id, c.skill_id, c.version, {score} AS score, {REF_SQL} AS ref_key
                   FROM capability_versions c
                   JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
                  CROSS JOIN t
-                 WHERE {IN_FORCE} AND {where_key} AND {" AND ".join(agent_filters + content_filters)})"""
+                 WHERE {version_filter} AND {where_key} AND {" AND ".join(agent_filters + content_filters)})"""
     page = ""
     if after is not None:
         s, r = bind(after[0]), bind(after[1])

@@ -24,7 +24,6 @@ import msgspec
 
 from db import ard as ard_queries
 from db import capabilities as capability_queries
-from db import ranked_search as ranked_queries
 from db.ard import A2A_CARD_TYPE, FACET_FIELDS, SIDE_EFFECT_NAMES, EntryFilter, FacetRequest, TextMatch
 from registry.ard.names import Publishers, agent_urn, parse_agent_urn
 from registry.core.cursors import decode_cursor, encode_cursor
@@ -336,21 +335,9 @@ def _clauses(expression: str) -> list[tuple[str, str, str]]:
 
 
 async def text_match(conn: asyncpg.Connection, text: str) -> TextMatch | None:
-    """Ranked search's plan of `text` (registry.discovery.ranking: its words, stop words dropped, one typing
-    error corrected from the registry's lexicon); None when no word counts (nothing matches)."""
-    words = ranking.query_words(text)
-    if not words:
-        return None
-    analysed = await ranked_queries.analyse_words(
-        conn,
-        words,
-        correct_min=ranking.CORRECT_MIN,
-        correct_max=ranking.CORRECT_MAX,
-    )
-    plan = ranking.plan_query([(r["word"], r["stop"], list(r["near"])) for r in analysed])
-    if plan is None:
-        return None
-    return TextMatch(any_query=plan.any_query, word_queries=plan.word_queries, head_queries=plan.head_queries)
+    """Ranked search's plan of `text` (registry.discovery.ranking.plan_text: its words, stop words
+    dropped, one typing error corrected from the registry's lexicon); None when no word counts."""
+    return await ranking.plan_text(conn, text)
 
 
 def ard_score(score: int, text: TextMatch) -> int:

@@ -77,12 +77,8 @@ class Ranked(msgspec.Struct, frozen=True):
     position: RankPosition
 
 
-class QueryPlan(msgspec.Struct, frozen=True):
-    """The tsquery texts of a query's words (after stop words and corrections)."""
-
-    any_query: str
-    word_queries: list[str]
-    head_queries: list[str]
+# The tsquery texts of a query's words (after stop words and corrections): db.ranked_search's.
+QueryPlan = ranked_queries.WordQueries
 
 
 def query_words(q: str) -> list[str]:
@@ -127,6 +123,16 @@ def relevance(score: int, words: int) -> float:
     return min(1.0, max(0.0, score / best)) if best else 0.0
 
 
+async def plan_text(conn: asyncpg.Connection | asyncpg.Pool, q: str) -> QueryPlan | None:
+    """The tsquery texts of `q` after one look-up in the lexicon (steps 1-3 above); None when no
+    word counts (the query matches nothing). Ranked search and ARD both start here."""
+    words = query_words(q)
+    if not words:
+        return None
+    analysed = await ranked_queries.analyse_words(conn, words, correct_min=CORRECT_MIN, correct_max=CORRECT_MAX)
+    return plan_query([(r["word"], r["stop"], list(r["near"])) for r in analysed])
+
+
 async def rank(
     conn: asyncpg.Connection | asyncpg.Pool,
     viewer: str | None,
@@ -138,20 +144,14 @@ async def rank(
 ) -> list[Ranked]:
     """At most `limit` capabilities visible to `viewer` (registry.discovery.service.viewer_tenant) matching
     `q`, best first, after `after`. A query with no word that counts matches nothing."""
-    words = query_words(q)
-    if not words:
-        return []
-    analysed = await ranked_queries.analyse_words(conn, words, correct_min=CORRECT_MIN, correct_max=CORRECT_MAX)
-    plan = plan_query([(r["word"], r["stop"], list(r["near"])) for r in analysed])
+    plan = await plan_text(conn, q)
     if plan is None:
         return []
     n = len(plan.word_queries)
     rows = await ranked_queries.ranked(
         conn,
         viewer_tenant=viewer,
-        any_query=plan.any_query,
-        word_queries=plan.word_queries,
-        head_queries=plan.head_queries,
+        words=plan,
         skill=filters.skill,
         tags=list(filters.tags) if filters.tags else None,
         side_effect_max=filters.side_effect_max,

@@ -108,6 +108,9 @@ async def _change(
         ) from None
 
     async def write(scope: WriteScope) -> None:
+        # The agent's lock before the version's row: the order registration takes them in
+        # (db.capabilities.refresh_latest re-derives the latest marker under it).
+        await agent_queries.lock_agent(scope.conn, tenant, agent_id)
         status = await capability_queries.lock_version_status(scope.conn, tenant, agent_id, skill_id, version)
         if status is None:
             raise refused(NOT_FOUND)

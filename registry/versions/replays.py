@@ -14,6 +14,7 @@ import msgspec
 
 from auth.policy import NOT_FOUND, check_attest, check_replay_listing
 from auth.principal import Caller
+from db import agents as agent_queries
 from db import capabilities as capability_queries
 from db import replays as replay_queries
 from db.audit_events import AuditEvent
@@ -117,6 +118,9 @@ async def submit(
         raise await refusing(invalid_request("the replay report cannot be judged", problems))
 
     async def write(scope: WriteScope) -> None:
+        # The agent's lock before the version's row: the order registration takes them in
+        # (db.capabilities.refresh_latest re-derives the latest marker under it).
+        await agent_queries.lock_agent(scope.conn, tenant, agent_id)
         status = await capability_queries.lock_version_status(scope.conn, tenant, agent_id, skill_id, version)
         if status is None:
             raise refused(NOT_FOUND)

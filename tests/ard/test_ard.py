@@ -654,3 +654,43 @@ async def test_rate_limits_apply(settings):
         refused = statuses[-1]
         assert refused.status_code == 429 and "retry-after" in refused.headers
         assert refused.json()["errorCode"] == "RATE_LIMIT_EXCEEDED"
+
+
+async def test_list_pages_read_per_tenant_agree_with_the_whole_matched_set(client, mint, tenant, db):
+    """db.ard.identifier_page walks each tenant's agents in order from the page token; it answers
+    what sorting the whole visible matched set by identifier answers, page after page, for tenants
+    whose names are prefixes of one another and agent ids that sort differently bytewise."""
+    from db import ard as ard_queries
+
+    other = tenant + "-b"
+    for t in (tenant, other):
+        for name in ("a.b", "a-b", "a", "ab", "a_b", "z"):
+            await register(client, mint, t, name, agent(name, [skill("work.do")]))
+    await register(client, mint, tenant, "hidden", agent("hidden", [skill("work.do")], visibility="tenant"))
+    for viewer in (None, tenant):
+        for configured in ({}, {other: "b.example", tenant: "b.example.x"}):
+            async with db.acquire() as conn:
+                whole = await ard_queries._identifier_page_matched(
+                    conn,
+                    viewer_tenant=viewer,
+                    where=ard_queries.EntryFilter(),
+                    configured=configured,
+                    after=None,
+                    limit=100_000,
+                )
+                paged, after = [], None
+                while True:
+                    rows = await ard_queries.identifier_page(
+                        conn,
+                        viewer_tenant=viewer,
+                        where=ard_queries.EntryFilter(),
+                        configured=configured,
+                        after=after,
+                        limit=7,
+                    )
+                    paged += rows
+                    if len(rows) < 7:
+                        break
+                    after = rows[-1]["identifier"]
+            assert [r["identifier"] for r in paged] == [r["identifier"] for r in whole]
+            assert ("hidden" in {r["agent_id"] for r in paged if r["tenant"] == tenant}) == (viewer == tenant)

@@ -247,3 +247,53 @@ def test_plan_query_drops_stop_words_and_keeps_near_words_one_error_away():
     assert plan is not None and plan.word_queries == ["invocie | invoice"]
     assert plan.head_queries == ["invocie:AB | invoice:AB"]
     assert ranking.plan_query([("the", True, [])]) is None
+
+
+async def test_latest_marker_follows_the_clock_and_lifecycle(client, mint, tenant):
+    """Ranked `q` reads the latest version through a maintained marker (db.capabilities.latest_in_force):
+    a version whose effectiveAt arrives becomes the latest with no write, and retiring it brings the
+    one before back; the answer always equals the one without `q` (the same rule)."""
+    import asyncio
+    from datetime import UTC, datetime, timedelta
+
+    first = skill("widget.make", "Make widget", "makes a widget")
+    await publish(client, mint, tenant, {"maker": agent(first)})
+    soon = (datetime.now(UTC) + timedelta(seconds=1.5)).isoformat()
+    later = (datetime.now(UTC) + timedelta(seconds=3.0)).isoformat()
+    await publish(
+        client,
+        mint,
+        tenant,
+        {
+            "maker": agent(
+                first,
+                {**first, "version": "1.1.0", "effectiveAt": soon},
+                {**first, "version": "1.2.0", "effectiveAt": later},
+            )
+        },
+    )
+
+    async def versions(**params) -> list[str]:
+        response = await client.get("/v1/capabilities", params={"tenant": tenant, **params})
+        assert response.status_code == 200, response.text
+        return [item["version"] for item in response.json()["items"]]
+
+    assert await versions(q="widget") == await versions() == ["1.0.0"]
+    await asyncio.sleep(1.7)
+    assert await versions(q="widget") == await versions() == ["1.1.0"]
+    await asyncio.sleep(1.5)
+    assert await versions(q="widget") == await versions() == ["1.2.0"]
+    admin = mint(tenant, "admin", "registry:admin")
+    base = f"/v1/agents/{tenant}/maker/skills/widget.make/versions"
+    assert (await client.post(f"{base}/1.2.0/retire", headers=admin)).status_code == 200
+    assert await versions(q="widget") == await versions() == ["1.1.0"]
+    # a pre-release is never the latest while a release is in force
+    await publish(
+        client,
+        mint,
+        tenant,
+        {"maker": agent(first, {**first, "version": "1.1.0", "effectiveAt": soon}, {**first, "version": "1.3.0-rc.1"})},
+    )
+    assert await versions(q="widget") == await versions() == ["1.1.0"]
+    ard = await client.post("/ard/search", json={"query": {"text": "widget"}})
+    assert ard.status_code == 200 and len(ard.json()["results"]) >= 1
