@@ -21,7 +21,8 @@ async def test_the_feed_never_announces_a_version_before_discovery_shows_it(live
     base, _, _ = live_server
     async with httpx.AsyncClient(base_url=base, timeout=10) as http:
         start = await db.fetchval("SELECT seq FROM change_head")
-        effective = datetime.now(UTC) + timedelta(seconds=2)
+        # Far enough ahead that the checks before it finish first on a loaded machine (2 s was not).
+        effective = datetime.now(UTC) + timedelta(seconds=6)
         body = card(
             [
                 skill("future.thing", "1.0.0", ["x:read"]),
@@ -50,9 +51,10 @@ async def test_the_feed_never_announces_a_version_before_discovery_shows_it(live
             await http.get("/v1/changes", params={"after": start}, headers=mint(tenant, "r", "registry:read"))
         ).json()
         assert all(c["ref"] != later for c in own["items"])
+        assert datetime.now(UTC) < effective, "the checks before effectiveAt ran past it: inconclusive"
         # A reader long-polling from the head hears of it once it is in force: `version.effective`.
         head = await db.fetchval("SELECT seq FROM change_head")
-        deadline = time.monotonic() + 6
+        deadline = time.monotonic() + 12
         announced = []
         while not announced and time.monotonic() < deadline:
             page = (await http.get("/v1/changes", params={"after": head, "wait": 2})).json()
