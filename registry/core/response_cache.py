@@ -50,7 +50,19 @@ class CachedResponse:
 
 
 def etag_of(body: bytes) -> str:
+    """The strong ETag of every cached answer (discovery, cards, agent views, ARD): one definition."""
     return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+
+
+def etag_matches(if_none_match: str | None, etag: str) -> bool:
+    """RFC 9110 weak comparison of an If-None-Match list against our strong ETag."""
+    if not if_none_match:
+        return False
+    for candidate in if_none_match.split(","):
+        candidate = candidate.strip()
+        if candidate == "*" or candidate.removeprefix("W/") == etag:
+            return True
+    return False
 
 
 def expiry(

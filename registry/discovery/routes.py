@@ -9,7 +9,7 @@ from litestar import Request, Response, get
 from litestar.params import QueryParameter
 
 from registry.core.problems import problem_responses
-from registry.core.response_cache import CachedResponse
+from registry.core.response_cache import CachedResponse, etag_matches
 from registry.discovery.service import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
@@ -20,7 +20,6 @@ from registry.discovery.service import (
     DiscoveryQuery,
     change_page,
     discovery_page,
-    etag_matches,
     viewer_tenant,
 )
 from registry.state import registry_of

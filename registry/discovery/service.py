@@ -8,7 +8,6 @@ gated can leak through discovery by construction.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import time
 from datetime import UTC, datetime
@@ -33,7 +32,7 @@ from registry.core.records import (
     Slo,
     capability_ref,
 )
-from registry.core.response_cache import CachedResponse, expiry
+from registry.core.response_cache import CachedResponse, etag_of, expiry
 from registry.core.wire import Wire
 from registry.discovery import ranking
 
@@ -183,21 +182,6 @@ def side_effect_rank(value: str | None) -> int | None:
             [ErrorItem(path="sideEffectMax", message=f"must be one of {', '.join(SIDE_EFFECT_ORDER)}")],
         )
     return SIDE_EFFECT_ORDER[value]
-
-
-def etag_for(body: bytes) -> str:
-    return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-
-
-def etag_matches(if_none_match: str | None, etag: str) -> bool:
-    """RFC 9110 weak comparison of an If-None-Match list against our strong ETag."""
-    if not if_none_match:
-        return False
-    for candidate in if_none_match.split(","):
-        candidate = candidate.strip()
-        if candidate == "*" or candidate.removeprefix("W/") == etag:
-            return True
-    return False
 
 
 def capability_version(row: asyncpg.Record) -> CapabilityVersion:
@@ -361,7 +345,7 @@ def _encoded_page(page: list[asyncpg.Record], next_cursor: str | None, seq: int,
     boundaries = [r["lease_until"] for r in page]
     boundaries.append(next_effective)
     expires = expiry(time.monotonic(), datetime.now(UTC), boundaries)
-    return CachedResponse(body=body, etag=etag_for(body), seq=seq, expires=expires)
+    return CachedResponse(body=body, etag=etag_of(body), seq=seq, expires=expires)
 
 
 # ---------------------------------------------------------------------------
