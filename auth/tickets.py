@@ -102,6 +102,11 @@ def new_jti() -> str:
     return str(uuid.uuid4())
 
 
+# What a ticket id (jti) or an approval id given back to capreg may look like: ours are UUIDs, and the
+# pattern bounds what a path or a stored grant can hold (one definition: paths, grants, approvals).
+ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+
+
 def ticket_claims(grant: TicketGrant, *, issuer: str, tenant: str, cap: CapClaim, jti: str, now: int) -> TicketClaims:
     """The claims of a ticket that passed policy (`grant` from auth.policy) for capability `cap`."""
     return TicketClaims(

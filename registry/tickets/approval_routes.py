@@ -9,13 +9,14 @@ from typing import Annotated
 from litestar import Request, get, post
 from litestar.params import PathParameter
 
+from auth.tickets import ID_PATTERN
 from registry.core.problems import problem_responses
 from registry.state import registry_of, trace_id_of
 from registry.tickets import approvals
 from registry.tickets.service import ApprovalView
 from registry.web.authentication import authenticate
 
-ApprovalPath = Annotated[str, PathParameter(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="approval id")]
+ApprovalPath = Annotated[str, PathParameter(pattern=ID_PATTERN, description="approval id")]
 
 
 async def _decide(request: Request, approval_id: str, verdict: approvals.Verdict) -> ApprovalView:

@@ -7,6 +7,7 @@ import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
+from auth.tickets import ID_PATTERN
 from db import grants as grant_queries
 from registry.core.cursors import decode_cursor, encode_cursor
 from registry.core.problems import ErrorItem, invalid_request
@@ -15,7 +16,7 @@ from registry.core.wire import Wire
 if TYPE_CHECKING:
     from registry.state import Registry
 
-_JTI = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_JTI = re.compile(ID_PATTERN)
 
 
 class Grant(Wire):

@@ -9,7 +9,6 @@ an audit event (counted in /metrics).
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any
 
 import msgspec
@@ -17,6 +16,7 @@ from litestar import Request, Response, get, post
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import HeaderParameter, PathParameter, QueryParameter
 
+from auth.tickets import ID_PATTERN
 from registry.core.problems import ProblemError, problem_responses
 from registry.core.refusals import refuse
 from registry.core.wire import Wire
@@ -27,8 +27,7 @@ from registry.tickets.service import PRINTABLE, ApprovalView, TicketRequestBody,
 from registry.web.authentication import authenticate
 from registry.web.request_guard import body_schema, read_body
 
-_JTI = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-JtiPath = Annotated[str, PathParameter(pattern=_JTI.pattern, description="ticket id (jti)")]
+JtiPath = Annotated[str, PathParameter(pattern=ID_PATTERN, description="ticket id (jti)")]
 MAX_LIMIT = 200
 
 
