@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -194,6 +195,25 @@ def idempotency_of(caller: Caller, key: str | None, body: TicketRequestBody) -> 
         )
     body_hash = hashlib.sha256(msgspec.json.encode(body)).hexdigest()
     return Idempotency(principal=f"{caller.issuer} {caller.principal}", key=key, body_hash=body_hash)
+
+
+def under_key(
+    idempotency: Idempotency | None, status: int, answer: Any, write: Callable[[WriteScope], Awaitable[None]]
+) -> Callable[[WriteScope], Awaitable[None]]:
+    """`write` under an Idempotency-Key (docs/api.md#idempotency), for mints and approval requests
+    alike: the key claimed first (IdempotencyKeyTaken while another request holds it), the answer
+    stored in the same transaction, so a retry gets exactly what the first request got."""
+    if idempotency is None:
+        return write
+    key = idempotency
+
+    async def claimed(scope: WriteScope) -> None:
+        if not await ticket_queries.claim_idempotency_key(scope.conn, key.principal, key.key, key.body_hash):
+            raise IdempotencyKeyTaken
+        await write(scope)
+        await ticket_queries.store_response(scope.conn, key.principal, key.key, status, msgspec.to_builtins(answer))
+
+    return claimed
 
 
 # ---------------------------------------------------------------------------
@@ -463,10 +483,6 @@ async def mint(
 
     async def write(scope: WriteScope) -> None:
         conn = scope.conn
-        if idempotency is not None and not await ticket_queries.claim_idempotency_key(
-            conn, idempotency.principal, idempotency.key, idempotency.body_hash
-        ):
-            raise IdempotencyKeyTaken
         if grant.parent is not None:
             assert plan.root_jti is not None
             await ticket_queries.lock_tree(conn, plan.root_jti)
@@ -486,13 +502,9 @@ async def mint(
         if approval_id is not None and not await approval_queries.collect(conn, approval_id, jti):
             raise AlreadyCollected
         scope.audit(event)
-        if idempotency is not None:
-            await ticket_queries.store_response(
-                conn, idempotency.principal, idempotency.key, 201, msgspec.to_builtins(response)
-            )
 
     try:
-        await registry.writes.run(write, expected=[event])
+        await registry.writes.run(under_key(idempotency, 201, response, write), expected=[event])
     except ProblemError as error:
         raise await refuse(
             registry,
@@ -597,13 +609,8 @@ async def request_approval(
     )
 
     async def write(scope: WriteScope) -> None:
-        conn = scope.conn
-        if idempotency is not None and not await ticket_queries.claim_idempotency_key(
-            conn, idempotency.principal, idempotency.key, idempotency.body_hash
-        ):
-            raise IdempotencyKeyTaken
         await approval_queries.insert_approval(
-            conn,
+            scope.conn,
             {
                 "approval_id": approval_id,
                 "tenant": target.tenant,
@@ -621,12 +628,8 @@ async def request_approval(
             },
         )
         scope.audit(event)
-        if idempotency is not None:
-            await ticket_queries.store_response(
-                conn, idempotency.principal, idempotency.key, 202, msgspec.to_builtins(view)
-            )
 
-    await registry.writes.run(write)
+    await registry.writes.run(under_key(idempotency, 202, view, write))
     return view
 
 
