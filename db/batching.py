@@ -83,11 +83,15 @@ class BatchQueue(Generic[Item]):
         try:
             await self._commit(batch)
         except Exception as exc:
+            self._failed(exc, batch)
             for _, future in batch:
                 if not future.done():
                     future.set_exception(exc)
         finally:
             self._slots.release()
+
+    def _failed(self, exc: Exception, batch: list[tuple[Item, asyncio.Future]]) -> None:
+        """Called with the error that stopped `batch`, before its futures fail (default: nothing)."""
 
     async def _commit(self, batch: list[tuple[Item, asyncio.Future]]) -> None:
         """Write `batch` and settle the futures of what it wrote; raise if it could not."""

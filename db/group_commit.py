@@ -135,16 +135,8 @@ class GroupCommit(BatchQueue["Write | RowInsert | list[AuditEvent]"]):
             return item.lane
         return None
 
-    async def _settle(self, batch: list[tuple[Write | list[AuditEvent], asyncio.Future]]) -> None:
-        try:
-            await self._commit(batch)
-        except Exception as exc:  # never let the writer die: fail this batch, keep serving
-            log.exception("group commit failed")
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-        finally:
-            self._slots.release()
+    def _failed(self, exc: Exception, batch) -> None:
+        log.error("group commit failed", exc_info=exc)
 
     async def _commit(self, batch: list[tuple[Write, asyncio.Future]], attempt: int = 1) -> None:
         try:
@@ -161,12 +153,7 @@ class GroupCommit(BatchQueue["Write | RowInsert | list[AuditEvent]"]):
             # Nothing of the batch was acknowledged, and nothing of it is durable: run each alone.
             if not isinstance(exc, _RETRY_ALONE):
                 log.warning("group commit batch of %d failed (%r); running each write alone", len(batch), exc)
-            for item in batch:
-                try:
-                    await self._commit([item])
-                except Exception as alone:
-                    if not item[1].done():
-                        item[1].set_exception(alone)
+            await self._commit_each_alone(batch)
             return
         for future, ok, value in outcomes:
             if future.done():
