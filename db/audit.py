@@ -177,6 +177,40 @@ async def chain_head(conn: asyncpg.Connection | asyncpg.Pool, chain: str) -> tup
     return (row["chain_seq"], row["hash"]) if row is not None else None
 
 
+async def hashes_at(
+    conn: asyncpg.Connection | asyncpg.Pool, places: list[tuple[str, int]]
+) -> dict[tuple[str, int], str]:
+    """The stored hash at each (chain, chainSeq) of `places` that holds an entry, in one statement."""
+    if not places:
+        return {}
+    rows = await conn.fetch(
+        """SELECT e.chain, e.chain_seq, e.hash FROM unnest($1::text[], $2::bigint[]) AS x(c, s)
+             JOIN audit_events e ON e.chain = x.c AND e.chain_seq = x.s""",
+        [p[0] for p in places],
+        [p[1] for p in places],
+    )
+    return {(row["chain"], row["chain_seq"]): row["hash"] for row in rows}
+
+
+async def entries_in_ranges(
+    conn: asyncpg.Connection | asyncpg.Pool, ranges: list[tuple[str, int, int]]
+) -> list[AuditRecord]:
+    """The entries of several chains at once: for each (chain, after, upto), those with after <
+    chainSeq <= upto, ordered by chain (byte order) then chainSeq. The caller bounds the total."""
+    if not ranges:
+        return []
+    rows = await conn.fetch(
+        f"""SELECT {", ".join("e." + c for c in AUDIT_COLUMNS.split(", "))}
+              FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS x(c, lo, hi)
+              JOIN audit_events e ON e.chain = x.c AND e.chain_seq > x.lo AND e.chain_seq <= x.hi
+             ORDER BY e.chain COLLATE "C", e.chain_seq""",
+        [r[0] for r in ranges],
+        [r[1] for r in ranges],
+        [r[2] for r in ranges],
+    )
+    return [_record(row) for row in rows]
+
+
 async def entry_hash_at(conn: asyncpg.Connection | asyncpg.Pool, chain: str, chain_seq: int) -> str | None:
     return await conn.fetchval("SELECT hash FROM audit_events WHERE chain = $1 AND chain_seq = $2", chain, chain_seq)
 

@@ -220,22 +220,40 @@ async def verify_stored_chain(
     return report(None)
 
 
-async def make_checkpoint(conn: asyncpg.Connection, keyring, issuer: str) -> Checkpoint:
+# Entries of moved chains fetched per statement when a checkpoint checks what is new (many small
+# chains in one statement; a chain with more entries than this is streamed on its own).
+_CHECK_BATCH = 5000
+# A tree this big is updated in a worker thread, off the event loop.
+_INLINE_LEAVES = 1024
+
+
+async def make_checkpoint(
+    conn: asyncpg.Connection, keyring, issuer: str, *, tree: merkle.HeadTree | None = None
+) -> Checkpoint:
     """Sign the Merkle root over every chain head, after checking each chain's entries written since
     the previous checkpoint (only those: the cost follows what is new, not the log's length).
+
+    `tree` is the caller's tree kept between checkpoints (the server keeps one per process): only
+    the leaves of chains that moved, and the nodes above them, are rehashed. Chains that did not
+    move since the previous checkpoint are signed as they were signed then, unread; moved ones are
+    checked from the entry the previous checkpoint signed, in a few statements for many chains.
 
     Writers take turns (an advisory lock), so a later checkpoint never covers less than an earlier one.
     Nothing new is written when the latest checkpoint already has this root and the current key.
     Raises ChainBroken (and signs nothing) when a chain does not extend the previous checkpoint.
     """
+    tree = tree if tree is not None else merkle.HeadTree()
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", checkpoint_queries.CHECKPOINT_LOCK)
         latest = await checkpoint_queries.latest_checkpoint(conn, with_heads=True)
         heads = [
             (row["chain"], row["chain_seq"], row["hash"], row["seq"]) for row in await audit_queries.chain_heads(conn)
         ]
-        tree = [(chain, chain_seq, digest) for chain, chain_seq, digest, _ in heads]
-        root = merkle.heads_root(tree).hex()
+        heads_now = [(chain, chain_seq, digest) for chain, chain_seq, digest, _ in heads]
+        if len(heads_now) > _INLINE_LEAVES:
+            root = (await asyncio.to_thread(tree.update, heads_now)).hex()
+        else:
+            root = tree.update(heads_now).hex()
         if latest is not None and latest["root"] == root and latest["kid"] == keyring.signing_kid:
             return checkpoint_from_row(latest)
         anchor_seq, anchor = await audit_queries.head(conn)
@@ -243,41 +261,13 @@ async def make_checkpoint(conn: asyncpg.Connection, keyring, issuer: str) -> Che
             chain: (chain_seq, digest)
             for chain, chain_seq, digest in (checkpoint_queries.covered_heads(latest) if latest is not None else [])
         }
-        for chain in before:
-            if chain not in {h[0] for h in heads}:
-                raise ChainBroken(ChainBreak(None, "the chain's head row is missing", chain=chain, chain_seq=1))
-        for chain, chain_seq, digest, _ in heads:
-            start_seq, start_hash = before.get(chain, (0, anchor))
-            if start_seq > chain_seq or (
-                start_seq > 0 and await audit_queries.entry_hash_at(conn, chain, start_seq) != start_hash
-            ):
-                raise ChainBroken(
-                    ChainBreak(
-                        None,
-                        "the chain no longer contains the last signed checkpoint's head",
-                        chain=chain,
-                        chain_seq=start_seq,
-                    )
-                )
-            if start_seq == chain_seq:
-                continue
-            entries = EntryVerifier(chain, start_chain_seq=start_seq + 1, start_hash=start_hash)
-            async for records in audit_queries.chain_batches(conn, chain, after=start_seq, upto=chain_seq):
-                if entries.feed_all(records) is not None:
-                    raise ChainBroken(entries.broken)
-            if (entries.last_chain_seq, entries.last_hash) != (chain_seq, digest):
-                raise ChainBroken(
-                    ChainBreak(
-                        None,
-                        "the head row does not match the chain's last entry",
-                        chain=chain,
-                        chain_seq=entries.last_chain_seq + 1,
-                    )
-                )
+        await _check_moved_chains(conn, before, heads_now, anchor)
         # seq and hash: the newest entry covered (the old chain's head while no tenant chain has one).
         newest_seq, newest_hash = max(((h[3], h[2]) for h in heads), default=(anchor_seq, anchor))
         at = datetime.now(UTC)
-        claims = checkpoint_claims(issuer=issuer, seq=newest_seq, hash=newest_hash, at=at, root=root, chains=len(tree))
+        claims = checkpoint_claims(
+            issuer=issuer, seq=newest_seq, hash=newest_hash, at=at, root=root, chains=len(heads_now)
+        )
         signature = keyring.sign(claims, typ=CHECKPOINT_TYP)
         await checkpoint_queries.insert_checkpoint(
             conn,
@@ -287,10 +277,103 @@ async def make_checkpoint(conn: asyncpg.Connection, keyring, issuer: str) -> Che
             kid=keyring.signing_kid,
             signature=signature,
             root=root,
-            heads=tree,
+            heads=heads_now,
         )
         stored = await checkpoint_queries.latest_checkpoint(conn)
     return checkpoint_from_row(stored)
+
+
+async def _check_moved_chains(
+    conn: asyncpg.Connection,
+    before: dict[str, tuple[int, str]],
+    heads: list[tuple[str, int, str]],
+    anchor: str,
+) -> None:
+    """Raise ChainBroken unless every chain extends the head the previous checkpoint signed: its
+    entry there still carries the signed hash, and the entries since link to it and to the head row."""
+    current = {chain for chain, _, _ in heads}
+    for chain in before:
+        if chain not in current:
+            raise ChainBroken(ChainBreak(None, "the chain's head row is missing", chain=chain, chain_seq=1))
+    moved = [
+        (chain, chain_seq, digest) for chain, chain_seq, digest in heads if before.get(chain) != (chain_seq, digest)
+    ]
+    signed_at = await audit_queries.hashes_at(conn, [(c, before[c][0]) for c, _, _ in moved if before.get(c, (0,))[0]])
+    ranges = []
+    for chain, chain_seq, _ in moved:
+        start_seq, start_hash = before.get(chain, (0, anchor))
+        if start_seq >= chain_seq or (start_seq > 0 and signed_at.get((chain, start_seq)) != start_hash):
+            raise ChainBroken(
+                ChainBreak(
+                    None,
+                    "the chain no longer contains the last signed checkpoint's head",
+                    chain=chain,
+                    chain_seq=start_seq,
+                )
+            )
+        ranges.append((chain, start_seq, chain_seq))
+    head_of = heads_by_chain(heads)
+    # Chains in groups of at most _CHECK_BATCH entries, one statement each; a longer one streamed alone.
+    group: list[tuple[str, int, int]] = []
+    size = 0
+    for entry_range in [*ranges, None]:
+        if entry_range is not None and entry_range[2] - entry_range[1] > _CHECK_BATCH:
+            await _check_entries(conn, [entry_range], before, anchor, head_of, stream=True)
+            continue
+        if group and (entry_range is None or size + entry_range[2] - entry_range[1] > _CHECK_BATCH):
+            await _check_entries(conn, group, before, anchor, head_of)
+            group, size = [], 0
+        if entry_range is not None:
+            group.append(entry_range)
+            size += entry_range[2] - entry_range[1]
+
+
+def heads_by_chain(heads: list[tuple[str, int, str]]) -> dict[str, tuple[int, str]]:
+    return {chain: (chain_seq, digest) for chain, chain_seq, digest in heads}
+
+
+async def _check_entries(
+    conn: asyncpg.Connection,
+    ranges: list[tuple[str, int, int]],
+    before: dict[str, tuple[int, str]],
+    anchor: str,
+    heads: dict[str, tuple[int, str]],
+    *,
+    stream: bool = False,
+) -> None:
+    """The entries of `ranges` (chain, after, upto) link from the signed head to the head row."""
+    by_chain: dict[str, list] = {chain: [] for chain, _, _ in ranges}
+    if stream:
+        ((chain, after, upto),) = ranges
+        batches = audit_queries.chain_batches(conn, chain, after=after, upto=upto)
+    else:
+
+        async def one_batch():
+            yield await audit_queries.entries_in_ranges(conn, ranges)
+
+        batches = one_batch()
+    verifiers = {
+        chain: EntryVerifier(chain, start_chain_seq=after + 1, start_hash=before.get(chain, (0, anchor))[1])
+        for chain, after, _ in ranges
+    }
+    async for records in batches:
+        for record in records:
+            by_chain[record.chain].append(record)
+        for chain, entries in by_chain.items():
+            if entries and verifiers[chain].feed_all(entries) is not None:
+                raise ChainBroken(verifiers[chain].broken)
+            entries.clear()
+    for chain, _, _ in ranges:
+        entries = verifiers[chain]
+        if (entries.last_chain_seq, entries.last_hash) != heads[chain]:
+            raise ChainBroken(
+                ChainBreak(
+                    None,
+                    "the head row does not match the chain's last entry",
+                    chain=chain,
+                    chain_seq=entries.last_chain_seq + 1,
+                )
+            )
 
 
 async def latest_checkpoint(registry: Registry) -> Checkpoint:
@@ -308,7 +391,9 @@ async def sign_checkpoint_now(registry: Registry) -> Checkpoint:
     """The heads as they are now, signed (or the latest checkpoint, when it already covers them)."""
     try:
         async with registry.pool.acquire() as conn:
-            return await make_checkpoint(conn, registry.keyring, registry.settings.issuer)
+            return await make_checkpoint(
+                conn, registry.keyring, registry.settings.issuer, tree=registry.checkpoint_tree
+            )
     except ChainBroken as exc:
         raise ProblemError(
             503, "retryable_unavailable", f"no checkpoint can be signed: {exc}", headers={"Retry-After": "60"}
@@ -345,7 +430,9 @@ async def checkpoint_periodically(registry: Registry, interval: float) -> None:
         try:
             await registry.refresh_keyring()
             async with registry.pool.acquire() as conn:
-                checkpoint = await make_checkpoint(conn, registry.keyring, registry.settings.issuer)
+                checkpoint = await make_checkpoint(
+                    conn, registry.keyring, registry.settings.issuer, tree=registry.checkpoint_tree
+                )
             if checkpoint.seq == 0:
                 delay = min(interval, FIRST_EVENTS_POLL_SECONDS)
         except asyncio.CancelledError:
