@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime
 
@@ -149,20 +150,45 @@ async def chain_batches(
 ):
     """The entries of `chain` with `after` < chainSeq <= `upto`, in chainSeq order, one keyset batch
     (a list of records) at a time."""
-    upto = upto if upto is not None else 2**63 - 1
-    while True:
-        rows = await conn.fetch(
-            f"SELECT {AUDIT_COLUMNS} FROM audit_events WHERE chain = $1 AND chain_seq > $2 AND chain_seq <= $3 "
-            "ORDER BY chain_seq LIMIT $4",
-            chain,
-            after,
-            upto,
-            batch,
-        )
-        if not rows:
-            return
+    async for rows in chain_row_batches(conn, chain, after=after, upto=upto, batch=batch):
         yield [_record(row) for row in rows]
-        after = rows[-1]["chain_seq"]
+
+
+async def chain_row_batches(
+    conn: asyncpg.Connection | asyncpg.Pool,
+    chain: str,
+    *,
+    after: int = 0,
+    upto: int | None = None,
+    batch: int = 5000,
+    prefetch: bool = False,
+):
+    """`chain_batches` as rows in AUDIT_COLUMNS order (no record built: bulk verification).
+
+    `prefetch` (a connection, read by nothing else meanwhile): the next batch is read while the
+    caller checks this one. Close the generator (contextlib.aclosing) when leaving it early: the
+    read in flight is awaited then, so the connection is free again."""
+    upto = upto if upto is not None else 2**63 - 1
+    sql = (
+        f"SELECT {AUDIT_COLUMNS} FROM audit_events WHERE chain = $1 AND chain_seq > $2 AND chain_seq <= $3 "
+        "ORDER BY chain_seq LIMIT $4"
+    )
+    rows = await conn.fetch(sql, chain, after, upto, batch)
+    while rows:
+        last = rows[-1][17]
+        more = len(rows) == batch and last < upto
+        following = asyncio.ensure_future(conn.fetch(sql, chain, last, upto, batch)) if prefetch and more else None
+        try:
+            yield rows
+        finally:
+            if following is not None and not following.done():
+                await asyncio.wait([following])  # left early: the connection is free once this read ends
+        if following is not None:
+            rows = following.result()
+        elif more:
+            rows = await conn.fetch(sql, chain, last, upto, batch)
+        else:
+            return
 
 
 async def chain_heads(conn: asyncpg.Connection | asyncpg.Pool) -> list[asyncpg.Record]:

@@ -90,6 +90,12 @@ async def verify_stored_chain(
         if progress is not None and done % PROGRESS_EVERY == 0:
             progress(done, total)  # (entries checked, entries in all): for a progress bar
 
+    def tick_many(count: int) -> None:
+        nonlocal checked
+        before, checked = checked, checked + count
+        if progress is not None and before // PROGRESS_EVERY != checked // PROGRESS_EVERY:
+            progress(checked, total)
+
     # The old single chain, against its (frozen) head and the checkpoints signed before chains per tenant.
     legacy = [c for c in checkpoints if c.root is None]
     wanted = {c.seq for c in legacy}
@@ -173,12 +179,13 @@ async def verify_stored_chain(
     for chain in sorted(heads, key=str.encode):
         upto, head_digest = heads[chain]
         entries = EntryVerifier(chain, start_hash=head_hash)
-        async for records in audit_queries.chain_batches(conn, chain, upto=upto, batch=batch):
-            breach = entries.feed_all(records)
-            checked += len(records)
-            tick(checked)
-            if breach is not None:
-                return report(breach)
+        rows = audit_queries.chain_row_batches(conn, chain, upto=upto, batch=batch, prefetch=True)
+        async with contextlib.aclosing(rows):
+            async for records in rows:
+                breach = entries.feed_rows(records)
+                tick_many(len(records))
+                if breach is not None:
+                    return report(breach)
         last = entries.last_chain_seq
         if last < upto:
             return report(
