@@ -191,6 +191,32 @@ async def chain_row_batches(
             return
 
 
+async def chain_entries_by_seq(conn: asyncpg.Connection, *, upto: int, batch: int = 5000, prefetch: bool = False):
+    """Every tenant chain's entries with seq <= `upto` in seq order (the order they were written, so
+    the table is read about in physical order), as rows in AUDIT_COLUMNS order, one keyset batch at
+    a time; within a chain, seq order is chainSeq order. `prefetch` as in chain_row_batches."""
+    sql = (
+        f"SELECT {AUDIT_COLUMNS} FROM audit_events WHERE seq > $1 AND seq <= $2 AND chain IS NOT NULL "
+        "ORDER BY seq LIMIT $3"
+    )
+    rows = await conn.fetch(sql, 0, upto, batch)
+    while rows:
+        last = rows[-1][0]
+        more = len(rows) == batch and last < upto
+        following = asyncio.ensure_future(conn.fetch(sql, last, upto, batch)) if prefetch and more else None
+        try:
+            yield rows
+        finally:
+            if following is not None and not following.done():
+                await asyncio.wait([following])
+        if following is not None:
+            rows = following.result()
+        elif more:
+            rows = await conn.fetch(sql, last, upto, batch)
+        else:
+            return
+
+
 async def chain_heads(conn: asyncpg.Connection | asyncpg.Pool) -> list[asyncpg.Record]:
     """Every chain's head (chain, chain_seq, seq, hash) that has at least one entry, in byte order of chain."""
     return await conn.fetch(

@@ -22,7 +22,7 @@ import msgspec
 
 from db import audit as audit_queries
 from db import checkpoints as checkpoint_queries
-from db.audit_events import GENESIS_HASH
+from db.audit_events import GENESIS_HASH, row_entry_hash
 from registry.audit import merkle
 from registry.audit.checkpoints import (
     CHECKPOINT_TYP,
@@ -81,9 +81,9 @@ async def verify_stored_chain(
     checkpoints = [checkpoint_from_row(stored)] if stored is not None else []
     checkpoints += list(external)
     covered = checkpoint_queries.covered_heads(stored) if stored is not None else []
-    heads = {row["chain"]: (row["chain_seq"], row["hash"]) for row in await audit_queries.chain_heads(conn)}
+    heads = {row["chain"]: (row["chain_seq"], row["hash"], row["seq"]) for row in await audit_queries.chain_heads(conn)}
     head_seq, head_hash = await audit_queries.head(conn)
-    total = head_seq + sum(chain_seq for chain_seq, _ in heads.values())
+    total = head_seq + sum(head[0] for head in heads.values())
     checked = 0
 
     def tick(done: int) -> None:
@@ -176,16 +176,24 @@ async def verify_stored_chain(
     signed_heads = wanted_heads
     for chain in signed_heads.keys() - heads.keys():
         return report(ChainBreak(None, "the chain's head row is missing (entries deleted)", chain=chain, chain_seq=1))
+    # Every chain at once in one pass in seq order (about the table's physical order); a chain that does
+    # not pass it is read again alone in chainSeq order, which finds and names its first break exactly.
+    passed = await _scan_chains(conn, heads, head_hash, batch, tick_many)
+    signed_at = await audit_queries.hashes_at(
+        conn, [(chain, chain_seq) for chain, wanted in signed_heads.items() for chain_seq, _ in wanted]
+    )
     for chain in sorted(heads, key=str.encode):
-        upto, head_digest = heads[chain]
-        entries = EntryVerifier(chain, start_hash=head_hash)
-        rows = audit_queries.chain_row_batches(conn, chain, upto=upto, batch=batch, prefetch=True)
-        async with contextlib.aclosing(rows):
-            async for records in rows:
-                breach = entries.feed_rows(records)
-                tick_many(len(records))
-                if breach is not None:
-                    return report(breach)
+        upto, head_digest, _ = heads[chain]
+        entries = passed.get(chain)
+        if entries is None:
+            entries = EntryVerifier(chain, start_hash=head_hash)
+            rows = audit_queries.chain_row_batches(conn, chain, upto=upto, batch=batch, prefetch=True)
+            async with contextlib.aclosing(rows):
+                async for records in rows:
+                    breach = entries.feed_rows(records)
+                    tick_many(len(records))
+                    if breach is not None:
+                        return report(breach)
         last = entries.last_chain_seq
         if last < upto:
             return report(
@@ -213,8 +221,7 @@ async def verify_stored_chain(
                         chain_seq=upto + 1,
                     )
                 )
-            digest = await audit_queries.entry_hash_at(conn, chain, signed_seq)
-            if digest != signed_digest:
+            if signed_at.get((chain, signed_seq)) != signed_digest:
                 return report(
                     ChainBreak(
                         None,
@@ -232,6 +239,46 @@ async def verify_stored_chain(
 _CHECK_BATCH = 5000
 # A tree this big is updated in a worker thread, off the event loop.
 _INLINE_LEAVES = 1024
+
+
+async def _scan_chains(
+    conn: asyncpg.Connection,
+    heads: dict[str, tuple[int, str, int]],
+    anchor: str,
+    batch: int,
+    tick_many: Callable[[int], None],
+) -> dict[str, EntryVerifier]:
+    """The chains whose entries, read in seq order, are exactly chainSeq 1 to the head row's, each
+    linked and hashed right (their verifiers, at the head); the others are left out, to be read
+    again in chainSeq order. Passing here implies passing there: the same entries in the same order,
+    checked the same way as EntryVerifier.feed_rows (inline: one pass over rows of every chain)."""
+    # Per chain: [last chainSeq, last hash, last seq, head chainSeq]; None once it failed here.
+    state: dict[str, list | None] = {chain: [0, anchor, 0, head[0]] for chain, head in heads.items()}
+    upto = max((head[2] for head in heads.values()), default=0)
+    rows = audit_queries.chain_entries_by_seq(conn, upto=upto, batch=batch, prefetch=True)
+    async with contextlib.aclosing(rows):
+        async for records in rows:
+            fed = 0
+            for row in records:
+                at = state.get(row[16])
+                if at is None:
+                    continue  # no head row (reported by the head checks), or already failed here
+                chain_seq = row[17]
+                if chain_seq > at[3]:
+                    continue  # written after the head rows were read
+                if chain_seq != at[0] + 1 or row[12] != at[1] or row[0] <= at[2] or row_entry_hash(row) != row[13]:
+                    state[row[16]] = None
+                    continue
+                at[0], at[1], at[2] = chain_seq, row[13], row[0]
+                fed += 1
+            tick_many(fed)
+    passed = {}
+    for chain, at in state.items():
+        if at is not None and at[0] == at[3]:
+            verifier = EntryVerifier(chain, start_chain_seq=at[0] + 1, start_hash=at[1], last_seq=at[2])
+            verifier.count = at[0]
+            passed[chain] = verifier
+    return passed
 
 
 async def make_checkpoint(

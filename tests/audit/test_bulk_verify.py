@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+from datetime import UTC, datetime
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from db import audit as audit_queries
 from db.audit import append_events
-from db.audit_events import AuditEvent, AuditRecord, record_hash, row_entry_hash
+from db.audit_events import AuditEvent, AuditRecord, _epoch_micros, record_hash, row_entry_hash
 from registry.audit.verifier import EntryVerifier
 
 AWKWARD = [
@@ -109,3 +112,9 @@ class _Row:
 
     def keys(self):
         return list(self._names)
+
+
+@given(st.datetimes(timezones=st.timezones()))
+def test_epoch_microseconds_are_the_old_formulas(at):
+    delta = at.astimezone(UTC) - datetime(1970, 1, 1, tzinfo=UTC)
+    assert _epoch_micros(at) == (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds

@@ -111,3 +111,32 @@ async def test_a_fresh_tree_and_a_kept_one_sign_the_same(log):
     signed = await make_checkpoint(log, keyring, "capreg", tree=kept)
     assert signed.root == merkle.heads_root(await _heads(log)).hex()
     assert (await make_checkpoint(log, keyring, "capreg")).root == signed.root  # the CLI's way: no tree kept
+
+
+async def test_operator_verify_ignores_entries_written_after_it_read_the_heads(log, monkeypatch):
+    """Entries committed while `capreg audit verify` runs are past the head rows it read first: its
+    one pass in seq order skips them, and the log verifies (nothing falls back to a second read)."""
+    from db.checkpoints import every_public_key
+    from registry.audit.checkpoints import jwks_keys
+
+    tenants = [f"t{n}" for n in range(6)]
+    await _append(log, tenants, per_chain=3)
+    read_heads = audit_queries.chain_heads
+    fallback = []
+
+    async def heads_then_more(conn):
+        heads = await read_heads(conn)
+        await _append(log, tenants[::2], per_chain=2)  # committed after the heads were read
+        return heads
+
+    real_batches = audit_queries.chain_row_batches
+
+    def counted_batches(*args, **kwargs):
+        fallback.append(args[1])
+        return real_batches(*args, **kwargs)
+
+    monkeypatch.setattr(audit_queries, "chain_heads", heads_then_more)
+    monkeypatch.setattr(audit_queries, "chain_row_batches", counted_batches)
+    report = await audit_chain.verify_stored_chain(log, jwks_keys(await every_public_key(log)))
+    assert report.breach is None and report.chains == 6 and report.events == 18
+    assert fallback == []
