@@ -304,10 +304,7 @@ async def make_checkpoint(
             (row["chain"], row["chain_seq"], row["hash"], row["seq"]) for row in await audit_queries.chain_heads(conn)
         ]
         heads_now = [(chain, chain_seq, digest) for chain, chain_seq, digest, _ in heads]
-        if len(heads_now) > _INLINE_LEAVES:
-            root = (await asyncio.to_thread(tree.update, heads_now)).hex()
-        else:
-            root = tree.update(heads_now).hex()
+        root = (await _update_tree(tree, heads_now)).hex()
         if latest is not None and latest["root"] == root and latest["kid"] == keyring.signing_kid:
             return checkpoint_from_row(latest)
         anchor_seq, anchor = await audit_queries.head(conn)
@@ -335,6 +332,19 @@ async def make_checkpoint(
         )
         stored = await checkpoint_queries.latest_checkpoint(conn)
     return checkpoint_from_row(stored)
+
+
+async def _update_tree(tree: merkle.HeadTree, heads: list[tuple[str, int, str]]) -> bytes:
+    """`tree.update(heads)`, in a worker thread for a big tree. Cancelled meanwhile, it still waits
+    for the thread: the tree is never left being changed once the checkpoint lock is released."""
+    if len(heads) <= _INLINE_LEAVES:
+        return tree.update(heads)
+    update = asyncio.ensure_future(asyncio.to_thread(tree.update, heads))
+    try:
+        return await asyncio.shield(update)
+    except asyncio.CancelledError:
+        await asyncio.wait([update])
+        raise
 
 
 async def _check_moved_chains(
