@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime
 
@@ -149,20 +150,71 @@ async def chain_batches(
 ):
     """The entries of `chain` with `after` < chainSeq <= `upto`, in chainSeq order, one keyset batch
     (a list of records) at a time."""
-    upto = upto if upto is not None else 2**63 - 1
-    while True:
-        rows = await conn.fetch(
-            f"SELECT {AUDIT_COLUMNS} FROM audit_events WHERE chain = $1 AND chain_seq > $2 AND chain_seq <= $3 "
-            "ORDER BY chain_seq LIMIT $4",
-            chain,
-            after,
-            upto,
-            batch,
-        )
-        if not rows:
-            return
+    async for rows in chain_row_batches(conn, chain, after=after, upto=upto, batch=batch):
         yield [_record(row) for row in rows]
-        after = rows[-1]["chain_seq"]
+
+
+async def chain_row_batches(
+    conn: asyncpg.Connection | asyncpg.Pool,
+    chain: str,
+    *,
+    after: int = 0,
+    upto: int | None = None,
+    batch: int = 5000,
+    prefetch: bool = False,
+):
+    """`chain_batches` as rows in AUDIT_COLUMNS order (no record built: bulk verification).
+
+    `prefetch` (a connection, read by nothing else meanwhile): the next batch is read while the
+    caller checks this one. Close the generator (contextlib.aclosing) when leaving it early: the
+    read in flight is awaited then, so the connection is free again."""
+    upto = upto if upto is not None else 2**63 - 1
+    sql = (
+        f"SELECT {AUDIT_COLUMNS} FROM audit_events WHERE chain = $1 AND chain_seq > $2 AND chain_seq <= $3 "
+        "ORDER BY chain_seq LIMIT $4"
+    )
+    rows = await conn.fetch(sql, chain, after, upto, batch)
+    while rows:
+        last = rows[-1][17]
+        more = len(rows) == batch and last < upto
+        following = asyncio.ensure_future(conn.fetch(sql, chain, last, upto, batch)) if prefetch and more else None
+        try:
+            yield rows
+        finally:
+            if following is not None and not following.done():
+                await asyncio.wait([following])  # left early: the connection is free once this read ends
+        if following is not None:
+            rows = following.result()
+        elif more:
+            rows = await conn.fetch(sql, chain, last, upto, batch)
+        else:
+            return
+
+
+async def chain_entries_by_seq(conn: asyncpg.Connection, *, upto: int, batch: int = 5000, prefetch: bool = False):
+    """Every tenant chain's entries with seq <= `upto` in seq order (the order they were written, so
+    the table is read about in physical order), as rows in AUDIT_COLUMNS order, one keyset batch at
+    a time; within a chain, seq order is chainSeq order. `prefetch` as in chain_row_batches."""
+    sql = (
+        f"SELECT {AUDIT_COLUMNS} FROM audit_events WHERE seq > $1 AND seq <= $2 AND chain IS NOT NULL "
+        "ORDER BY seq LIMIT $3"
+    )
+    rows = await conn.fetch(sql, 0, upto, batch)
+    while rows:
+        last = rows[-1][0]
+        more = len(rows) == batch and last < upto
+        following = asyncio.ensure_future(conn.fetch(sql, last, upto, batch)) if prefetch and more else None
+        try:
+            yield rows
+        finally:
+            if following is not None and not following.done():
+                await asyncio.wait([following])
+        if following is not None:
+            rows = following.result()
+        elif more:
+            rows = await conn.fetch(sql, last, upto, batch)
+        else:
+            return
 
 
 async def chain_heads(conn: asyncpg.Connection | asyncpg.Pool) -> list[asyncpg.Record]:
@@ -175,6 +227,40 @@ async def chain_heads(conn: asyncpg.Connection | asyncpg.Pool) -> list[asyncpg.R
 async def chain_head(conn: asyncpg.Connection | asyncpg.Pool, chain: str) -> tuple[int, str] | None:
     row = await conn.fetchrow("SELECT chain_seq, hash FROM audit_chain_heads WHERE chain = $1", chain)
     return (row["chain_seq"], row["hash"]) if row is not None else None
+
+
+async def hashes_at(
+    conn: asyncpg.Connection | asyncpg.Pool, places: list[tuple[str, int]]
+) -> dict[tuple[str, int], str]:
+    """The stored hash at each (chain, chainSeq) of `places` that holds an entry, in one statement."""
+    if not places:
+        return {}
+    rows = await conn.fetch(
+        """SELECT e.chain, e.chain_seq, e.hash FROM unnest($1::text[], $2::bigint[]) AS x(c, s)
+             JOIN audit_events e ON e.chain = x.c AND e.chain_seq = x.s""",
+        [p[0] for p in places],
+        [p[1] for p in places],
+    )
+    return {(row["chain"], row["chain_seq"]): row["hash"] for row in rows}
+
+
+async def entries_in_ranges(
+    conn: asyncpg.Connection | asyncpg.Pool, ranges: list[tuple[str, int, int]]
+) -> list[AuditRecord]:
+    """The entries of several chains at once: for each (chain, after, upto), those with after <
+    chainSeq <= upto, ordered by chain (byte order) then chainSeq. The caller bounds the total."""
+    if not ranges:
+        return []
+    rows = await conn.fetch(
+        f"""SELECT {", ".join("e." + c for c in AUDIT_COLUMNS.split(", "))}
+              FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS x(c, lo, hi)
+              JOIN audit_events e ON e.chain = x.c AND e.chain_seq > x.lo AND e.chain_seq <= x.hi
+             ORDER BY e.chain COLLATE "C", e.chain_seq""",
+        [r[0] for r in ranges],
+        [r[1] for r in ranges],
+        [r[2] for r in ranges],
+    )
+    return [_record(row) for row in rows]
 
 
 async def entry_hash_at(conn: asyncpg.Connection | asyncpg.Pool, chain: str, chain_seq: int) -> str | None:

@@ -23,6 +23,7 @@ from db.leases import LeaseRenewals
 from registry.agents.card_signing import CardSignatures
 from registry.ard.names import Publishers
 from registry.audit.chain_checks import ChainChecks
+from registry.audit.merkle import HeadTree
 from registry.config import Settings, registry_url
 from registry.core.cache_budget import share
 from registry.core.change_watcher import ChangeWatcher
@@ -76,8 +77,12 @@ class Registry:
         # GET /v1/audit/chain: running checks per chain, last answers, callers' last fresh check
         # (registry.audit.chain_checks).
         self.chain_checks = ChainChecks()
-        # The latest checkpoint's Merkle tree, built once per root for GET /v1/audit/proof (registry.audit.proof).
-        self.audit_tree = None
+        # The latest checkpoint's Merkle tree for GET /v1/audit/proof (registry.audit.proof), replaced
+        # by an updated copy when a new checkpoint is signed; and the checkpoint writer's own tree,
+        # updated in place under the checkpoint lock (registry.audit.chain.make_checkpoint).
+        self.audit_tree: HeadTree | None = None
+        self.audit_tree_lock = asyncio.Lock()
+        self.checkpoint_tree = HeadTree()
 
     @property
     def verified(self):

@@ -22,7 +22,7 @@ import msgspec
 
 from db import audit as audit_queries
 from db import checkpoints as checkpoint_queries
-from db.audit_events import GENESIS_HASH
+from db.audit_events import GENESIS_HASH, row_entry_hash
 from registry.audit import merkle
 from registry.audit.checkpoints import (
     CHECKPOINT_TYP,
@@ -81,14 +81,20 @@ async def verify_stored_chain(
     checkpoints = [checkpoint_from_row(stored)] if stored is not None else []
     checkpoints += list(external)
     covered = checkpoint_queries.covered_heads(stored) if stored is not None else []
-    heads = {row["chain"]: (row["chain_seq"], row["hash"]) for row in await audit_queries.chain_heads(conn)}
+    heads = {row["chain"]: (row["chain_seq"], row["hash"], row["seq"]) for row in await audit_queries.chain_heads(conn)}
     head_seq, head_hash = await audit_queries.head(conn)
-    total = head_seq + sum(chain_seq for chain_seq, _ in heads.values())
+    total = head_seq + sum(head[0] for head in heads.values())
     checked = 0
 
     def tick(done: int) -> None:
         if progress is not None and done % PROGRESS_EVERY == 0:
             progress(done, total)  # (entries checked, entries in all): for a progress bar
+
+    def tick_many(count: int) -> None:
+        nonlocal checked
+        before, checked = checked, checked + count
+        if progress is not None and before // PROGRESS_EVERY != checked // PROGRESS_EVERY:
+            progress(checked, total)
 
     # The old single chain, against its (frozen) head and the checkpoints signed before chains per tenant.
     legacy = [c for c in checkpoints if c.root is None]
@@ -170,15 +176,24 @@ async def verify_stored_chain(
     signed_heads = wanted_heads
     for chain in signed_heads.keys() - heads.keys():
         return report(ChainBreak(None, "the chain's head row is missing (entries deleted)", chain=chain, chain_seq=1))
+    # Every chain at once in one pass in seq order (about the table's physical order); a chain that does
+    # not pass it is read again alone in chainSeq order, which finds and names its first break exactly.
+    passed = await _scan_chains(conn, heads, head_hash, batch, tick_many)
+    signed_at = await audit_queries.hashes_at(
+        conn, [(chain, chain_seq) for chain, wanted in signed_heads.items() for chain_seq, _ in wanted]
+    )
     for chain in sorted(heads, key=str.encode):
-        upto, head_digest = heads[chain]
-        entries = EntryVerifier(chain, start_hash=head_hash)
-        async for records in audit_queries.chain_batches(conn, chain, upto=upto, batch=batch):
-            breach = entries.feed_all(records)
-            checked += len(records)
-            tick(checked)
-            if breach is not None:
-                return report(breach)
+        upto, head_digest, _ = heads[chain]
+        entries = passed.get(chain)
+        if entries is None:
+            entries = EntryVerifier(chain, start_hash=head_hash)
+            rows = audit_queries.chain_row_batches(conn, chain, upto=upto, batch=batch, prefetch=True)
+            async with contextlib.aclosing(rows):
+                async for records in rows:
+                    breach = entries.feed_rows(records)
+                    tick_many(len(records))
+                    if breach is not None:
+                        return report(breach)
         last = entries.last_chain_seq
         if last < upto:
             return report(
@@ -206,8 +221,7 @@ async def verify_stored_chain(
                         chain_seq=upto + 1,
                     )
                 )
-            digest = await audit_queries.entry_hash_at(conn, chain, signed_seq)
-            if digest != signed_digest:
+            if signed_at.get((chain, signed_seq)) != signed_digest:
                 return report(
                     ChainBreak(
                         None,
@@ -220,22 +234,77 @@ async def verify_stored_chain(
     return report(None)
 
 
-async def make_checkpoint(conn: asyncpg.Connection, keyring, issuer: str) -> Checkpoint:
+# Entries of moved chains fetched per statement when a checkpoint checks what is new (many small
+# chains in one statement; a chain with more entries than this is streamed on its own).
+_CHECK_BATCH = 5000
+# A tree this big is updated in a worker thread, off the event loop.
+_INLINE_LEAVES = 1024
+
+
+async def _scan_chains(
+    conn: asyncpg.Connection,
+    heads: dict[str, tuple[int, str, int]],
+    anchor: str,
+    batch: int,
+    tick_many: Callable[[int], None],
+) -> dict[str, EntryVerifier]:
+    """The chains whose entries, read in seq order, are exactly chainSeq 1 to the head row's, each
+    linked and hashed right (their verifiers, at the head); the others are left out, to be read
+    again in chainSeq order. Passing here implies passing there: the same entries in the same order,
+    checked the same way as EntryVerifier.feed_rows (inline: one pass over rows of every chain)."""
+    # Per chain: [last chainSeq, last hash, last seq, head chainSeq]; None once it failed here.
+    state: dict[str, list | None] = {chain: [0, anchor, 0, head[0]] for chain, head in heads.items()}
+    upto = max((head[2] for head in heads.values()), default=0)
+    rows = audit_queries.chain_entries_by_seq(conn, upto=upto, batch=batch, prefetch=True)
+    async with contextlib.aclosing(rows):
+        async for records in rows:
+            fed = 0
+            for row in records:
+                at = state.get(row[16])
+                if at is None:
+                    continue  # no head row (reported by the head checks), or already failed here
+                chain_seq = row[17]
+                if chain_seq > at[3]:
+                    continue  # written after the head rows were read
+                if chain_seq != at[0] + 1 or row[12] != at[1] or row[0] <= at[2] or row_entry_hash(row) != row[13]:
+                    state[row[16]] = None
+                    continue
+                at[0], at[1], at[2] = chain_seq, row[13], row[0]
+                fed += 1
+            tick_many(fed)
+    passed = {}
+    for chain, at in state.items():
+        if at is not None and at[0] == at[3]:
+            verifier = EntryVerifier(chain, start_chain_seq=at[0] + 1, start_hash=at[1], last_seq=at[2])
+            verifier.count = at[0]
+            passed[chain] = verifier
+    return passed
+
+
+async def make_checkpoint(
+    conn: asyncpg.Connection, keyring, issuer: str, *, tree: merkle.HeadTree | None = None
+) -> Checkpoint:
     """Sign the Merkle root over every chain head, after checking each chain's entries written since
     the previous checkpoint (only those: the cost follows what is new, not the log's length).
+
+    `tree` is the caller's tree kept between checkpoints (the server keeps one per process): only
+    the leaves of chains that moved, and the nodes above them, are rehashed. Chains that did not
+    move since the previous checkpoint are signed as they were signed then, unread; moved ones are
+    checked from the entry the previous checkpoint signed, in a few statements for many chains.
 
     Writers take turns (an advisory lock), so a later checkpoint never covers less than an earlier one.
     Nothing new is written when the latest checkpoint already has this root and the current key.
     Raises ChainBroken (and signs nothing) when a chain does not extend the previous checkpoint.
     """
+    tree = tree if tree is not None else merkle.HeadTree()
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", checkpoint_queries.CHECKPOINT_LOCK)
         latest = await checkpoint_queries.latest_checkpoint(conn, with_heads=True)
         heads = [
             (row["chain"], row["chain_seq"], row["hash"], row["seq"]) for row in await audit_queries.chain_heads(conn)
         ]
-        tree = [(chain, chain_seq, digest) for chain, chain_seq, digest, _ in heads]
-        root = merkle.heads_root(tree).hex()
+        heads_now = [(chain, chain_seq, digest) for chain, chain_seq, digest, _ in heads]
+        root = (await _update_tree(tree, heads_now)).hex()
         if latest is not None and latest["root"] == root and latest["kid"] == keyring.signing_kid:
             return checkpoint_from_row(latest)
         anchor_seq, anchor = await audit_queries.head(conn)
@@ -243,41 +312,13 @@ async def make_checkpoint(conn: asyncpg.Connection, keyring, issuer: str) -> Che
             chain: (chain_seq, digest)
             for chain, chain_seq, digest in (checkpoint_queries.covered_heads(latest) if latest is not None else [])
         }
-        for chain in before:
-            if chain not in {h[0] for h in heads}:
-                raise ChainBroken(ChainBreak(None, "the chain's head row is missing", chain=chain, chain_seq=1))
-        for chain, chain_seq, digest, _ in heads:
-            start_seq, start_hash = before.get(chain, (0, anchor))
-            if start_seq > chain_seq or (
-                start_seq > 0 and await audit_queries.entry_hash_at(conn, chain, start_seq) != start_hash
-            ):
-                raise ChainBroken(
-                    ChainBreak(
-                        None,
-                        "the chain no longer contains the last signed checkpoint's head",
-                        chain=chain,
-                        chain_seq=start_seq,
-                    )
-                )
-            if start_seq == chain_seq:
-                continue
-            entries = EntryVerifier(chain, start_chain_seq=start_seq + 1, start_hash=start_hash)
-            async for records in audit_queries.chain_batches(conn, chain, after=start_seq, upto=chain_seq):
-                if entries.feed_all(records) is not None:
-                    raise ChainBroken(entries.broken)
-            if (entries.last_chain_seq, entries.last_hash) != (chain_seq, digest):
-                raise ChainBroken(
-                    ChainBreak(
-                        None,
-                        "the head row does not match the chain's last entry",
-                        chain=chain,
-                        chain_seq=entries.last_chain_seq + 1,
-                    )
-                )
+        await _check_moved_chains(conn, before, heads_now, anchor)
         # seq and hash: the newest entry covered (the old chain's head while no tenant chain has one).
         newest_seq, newest_hash = max(((h[3], h[2]) for h in heads), default=(anchor_seq, anchor))
         at = datetime.now(UTC)
-        claims = checkpoint_claims(issuer=issuer, seq=newest_seq, hash=newest_hash, at=at, root=root, chains=len(tree))
+        claims = checkpoint_claims(
+            issuer=issuer, seq=newest_seq, hash=newest_hash, at=at, root=root, chains=len(heads_now)
+        )
         signature = keyring.sign(claims, typ=CHECKPOINT_TYP)
         await checkpoint_queries.insert_checkpoint(
             conn,
@@ -287,10 +328,116 @@ async def make_checkpoint(conn: asyncpg.Connection, keyring, issuer: str) -> Che
             kid=keyring.signing_kid,
             signature=signature,
             root=root,
-            heads=tree,
+            heads=heads_now,
         )
         stored = await checkpoint_queries.latest_checkpoint(conn)
     return checkpoint_from_row(stored)
+
+
+async def _update_tree(tree: merkle.HeadTree, heads: list[tuple[str, int, str]]) -> bytes:
+    """`tree.update(heads)`, in a worker thread for a big tree. Cancelled meanwhile, it still waits
+    for the thread: the tree is never left being changed once the checkpoint lock is released."""
+    if len(heads) <= _INLINE_LEAVES:
+        return tree.update(heads)
+    update = asyncio.ensure_future(asyncio.to_thread(tree.update, heads))
+    try:
+        return await asyncio.shield(update)
+    except asyncio.CancelledError:
+        await asyncio.wait([update])
+        raise
+
+
+async def _check_moved_chains(
+    conn: asyncpg.Connection,
+    before: dict[str, tuple[int, str]],
+    heads: list[tuple[str, int, str]],
+    anchor: str,
+) -> None:
+    """Raise ChainBroken unless every chain extends the head the previous checkpoint signed: its
+    entry there still carries the signed hash, and the entries since link to it and to the head row."""
+    current = {chain for chain, _, _ in heads}
+    for chain in before:
+        if chain not in current:
+            raise ChainBroken(ChainBreak(None, "the chain's head row is missing", chain=chain, chain_seq=1))
+    moved = [
+        (chain, chain_seq, digest) for chain, chain_seq, digest in heads if before.get(chain) != (chain_seq, digest)
+    ]
+    signed_at = await audit_queries.hashes_at(conn, [(c, before[c][0]) for c, _, _ in moved if before.get(c, (0,))[0]])
+    ranges = []
+    for chain, chain_seq, _ in moved:
+        start_seq, start_hash = before.get(chain, (0, anchor))
+        if start_seq >= chain_seq or (start_seq > 0 and signed_at.get((chain, start_seq)) != start_hash):
+            raise ChainBroken(
+                ChainBreak(
+                    None,
+                    "the chain no longer contains the last signed checkpoint's head",
+                    chain=chain,
+                    chain_seq=start_seq,
+                )
+            )
+        ranges.append((chain, start_seq, chain_seq))
+    head_of = heads_by_chain(heads)
+    # Chains in groups of at most _CHECK_BATCH entries, one statement each; a longer one streamed alone.
+    group: list[tuple[str, int, int]] = []
+    size = 0
+    for entry_range in [*ranges, None]:
+        if entry_range is not None and entry_range[2] - entry_range[1] > _CHECK_BATCH:
+            await _check_entries(conn, [entry_range], before, anchor, head_of, stream=True)
+            continue
+        if group and (entry_range is None or size + entry_range[2] - entry_range[1] > _CHECK_BATCH):
+            await _check_entries(conn, group, before, anchor, head_of)
+            group, size = [], 0
+        if entry_range is not None:
+            group.append(entry_range)
+            size += entry_range[2] - entry_range[1]
+
+
+def heads_by_chain(heads: list[tuple[str, int, str]]) -> dict[str, tuple[int, str]]:
+    return {chain: (chain_seq, digest) for chain, chain_seq, digest in heads}
+
+
+async def _check_entries(
+    conn: asyncpg.Connection,
+    ranges: list[tuple[str, int, int]],
+    before: dict[str, tuple[int, str]],
+    anchor: str,
+    heads: dict[str, tuple[int, str]],
+    *,
+    stream: bool = False,
+) -> None:
+    """The entries of `ranges` (chain, after, upto) link from the signed head to the head row."""
+    by_chain: dict[str, list] = {chain: [] for chain, _, _ in ranges}
+    if stream:
+        ((chain, after, upto),) = ranges
+        batches = audit_queries.chain_batches(conn, chain, after=after, upto=upto)
+    else:
+
+        async def one_batch():
+            yield await audit_queries.entries_in_ranges(conn, ranges)
+
+        batches = one_batch()
+    verifiers = {
+        chain: EntryVerifier(chain, start_chain_seq=after + 1, start_hash=before.get(chain, (0, anchor))[1])
+        for chain, after, _ in ranges
+    }
+    async for records in batches:
+        for record in records:
+            by_chain[record.chain].append(record)
+        for chain, entries in by_chain.items():
+            if entries and verifiers[chain].feed_all(entries) is not None:
+                raise ChainBroken(verifiers[chain].broken)
+            entries.clear()
+    for chain, _, _ in ranges:
+        entries = verifiers[chain]
+        if (entries.last_chain_seq, entries.last_hash) != heads[chain]:
+            raise ChainBroken(
+                ChainBreak(
+                    None,
+                    "the head row does not match the chain's last entry",
+                    chain=chain,
+                    chain_seq=entries.last_chain_seq + 1,
+                )
+            )
 
 
 async def latest_checkpoint(registry: Registry) -> Checkpoint:
@@ -308,7 +455,9 @@ async def sign_checkpoint_now(registry: Registry) -> Checkpoint:
     """The heads as they are now, signed (or the latest checkpoint, when it already covers them)."""
     try:
         async with registry.pool.acquire() as conn:
-            return await make_checkpoint(conn, registry.keyring, registry.settings.issuer)
+            return await make_checkpoint(
+                conn, registry.keyring, registry.settings.issuer, tree=registry.checkpoint_tree
+            )
     except ChainBroken as exc:
         raise ProblemError(
             503, "retryable_unavailable", f"no checkpoint can be signed: {exc}", headers={"Retry-After": "60"}
@@ -345,7 +494,9 @@ async def checkpoint_periodically(registry: Registry, interval: float) -> None:
         try:
             await registry.refresh_keyring()
             async with registry.pool.acquire() as conn:
-                checkpoint = await make_checkpoint(conn, registry.keyring, registry.settings.issuer)
+                checkpoint = await make_checkpoint(
+                    conn, registry.keyring, registry.settings.issuer, tree=registry.checkpoint_tree
+                )
             if checkpoint.seq == 0:
                 delay = min(interval, FIRST_EVENTS_POLL_SECONDS)
         except asyncio.CancelledError:

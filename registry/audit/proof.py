@@ -45,48 +45,43 @@ async def inclusion_proof(registry: Registry, tenant: str) -> AuditProof:
         tree = await _tree(registry, row)
         if tenant not in tree.index:
             raise not_found(f"tenant {tenant}'s audit chain has no entries yet")
-    index = tree.index[tenant]
-    _, chain_seq, digest = tree.heads[index]
+    chain_seq, digest = tree.heads[tenant]
     return AuditProof(
         chain=tenant,
         chain_seq=chain_seq,
         hash=digest,
         checkpoint=checkpoint_from_row(row),
-        audit_path=[node.hex() for node in merkle.path_from_levels(tree.levels, index)],
-        index=index,
+        audit_path=[node.hex() for node in tree.path(tenant)],
+        index=tree.index[tenant],
     )
 
 
-class _Tree:
-    """One checkpoint's tree: its heads, each chain's leaf index, and every level of hashes."""
-
-    def __init__(self, root: str | None, heads: list[tuple[str, int, str]]):
-        self.root = root
-        self.heads = heads
-        self.index = {head[0]: n for n, head in enumerate(heads)}
-        self.levels = (
-            merkle.tree_levels([merkle.leaf_hash(merkle.leaf_bytes(*head)) for head in heads]) if heads else [[]]
-        )
+_EMPTY = merkle.HeadTree()
 
 
-_EMPTY = _Tree(None, [])
-
-
-async def _tree(registry: Registry, row) -> _Tree:
-    """The tree of checkpoint `row`, built once per process and root (the latest only is kept): a
-    proof then costs O(log n), and the heads are read from the database once per checkpoint."""
+async def _tree(registry: Registry, row) -> merkle.HeadTree:
+    """The tree of checkpoint `row` (the latest only is kept): a proof then costs O(log n), and the
+    heads are read from the database once per checkpoint. A new checkpoint's tree is the previous
+    one's copy with the moved heads rehashed (merkle.HeadTree), swapped in whole so that a proof
+    being answered never sees a tree half updated."""
     if row is None or row["root"] is None:
         return _EMPTY
     cached = registry.audit_tree
-    if cached is not None and cached.root == row["root"]:
+    if cached is not None and cached.root().hex() == row["root"]:
         return cached
-    full = await checkpoint_queries.checkpoint_with_root(registry.pool, row["root"])
-    heads = checkpoint_queries.covered_heads(full)
-    tree = (
-        await asyncio.to_thread(_Tree, row["root"], heads) if len(heads) > _INLINE_LEAVES else _Tree(row["root"], heads)
-    )
-    registry.audit_tree = tree
-    return tree
+    async with registry.audit_tree_lock:
+        cached = registry.audit_tree
+        if cached is not None and cached.root().hex() == row["root"]:
+            return cached
+        full = await checkpoint_queries.checkpoint_with_root(registry.pool, row["root"])
+        heads = checkpoint_queries.covered_heads(full)
+        tree = cached.copy() if cached is not None else merkle.HeadTree()
+        if len(heads) > _INLINE_LEAVES:
+            await asyncio.to_thread(tree.update, heads)
+        else:
+            tree.update(heads)
+        registry.audit_tree = tree
+        return tree
 
 
 async def _has_entries(registry: Registry, tenant: str) -> bool:

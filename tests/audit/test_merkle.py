@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from registry.audit.merkle import (
+    HeadTree,
     heads_root,
     inclusion_path,
     leaf_bytes,
@@ -102,3 +103,52 @@ def test_paths_read_from_the_cached_levels_are_the_rfc_paths(leaves):
     assert levels[-1] == [tree_hash(hashed)]
     for index in range(len(leaves)):
         assert path_from_levels(levels, index) == inclusion_path(hashed, index)
+
+
+# Sequences of checkpoints over a changing set of chains: heads move (few or many at once), chains
+# appear (anywhere in byte order) and, for the cache's sake, disappear.
+_chain_names = st.sampled_from([f"t{n:02d}" for n in range(40)] + ["B", "a.b", "z", "\u00e9", "-registry"])
+_head = st.tuples(st.integers(min_value=1, max_value=10**6), st.binary(min_size=32, max_size=32).map(bytes.hex))
+_checkpoints = st.lists(st.dictionaries(_chain_names, _head, max_size=45), min_size=1, max_size=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_checkpoints, st.data())
+def test_the_kept_tree_equals_one_built_from_scratch_after_any_sequence_of_head_changes(checkpoints, data):
+    tree = HeadTree()
+    previous: dict = {}
+    for heads in checkpoints:
+        if previous and data.draw(st.booleans(), label="same chains, some moved"):
+            # Keep the chain set, move a random subset: the incremental path (no rebuild).
+            moved = data.draw(st.lists(st.sampled_from(sorted(previous)), unique=True), label="moved")
+            heads = dict(previous)
+            for chain in moved:
+                heads[chain] = data.draw(_head, label=f"new head of {chain}")
+        listed = [(chain, *head) for chain, head in heads.items()]
+        ordered = sorted(listed, key=lambda h: h[0].encode())
+        root = tree.update(listed)
+        assert root == heads_root(listed) == reference_mth([leaf_bytes(*h) for h in ordered])
+        assert tree.head_list() == ordered
+        for index, head in enumerate(ordered):
+            path = tree.path(head[0])
+            assert tree.index[head[0]] == index
+            assert root_from_path(index, len(ordered), leaf_hash(leaf_bytes(*head)), path) == root
+        previous = heads
+
+
+def test_moving_one_head_of_ten_thousand_rehashes_a_path_not_the_tree():
+    heads = [(f"t{n:05d}", 1, "ab" * 32) for n in range(10_000)]
+    tree = HeadTree()
+    tree.update(heads)
+    assert tree.hashed == 10_000 + 9_999  # the first tree: every leaf and node
+    heads[4321] = ("t04321", 2, "cd" * 32)
+    assert tree.update(heads) == heads_root(heads)
+    assert tree.hashed <= 1 + 14  # the leaf and the nodes above it (depth 14)
+    moved = list(range(0, 10_000, 100))
+    for n in moved:
+        heads[n] = (heads[n][0], 3, "ef" * 32)
+    assert tree.update(heads) == heads_root(heads)
+    assert tree.hashed <= 100 * 15
+    heads.append(("t99999", 1, "01" * 32))  # a new chain: every node again, only one new leaf
+    assert tree.update(heads) == heads_root(heads)
+    assert tree.hashed == 1 + 10_000

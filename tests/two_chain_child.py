@@ -1,0 +1,104 @@
+"""A replica writing events of two tenants (record tenant A, actor tenant B: one entry in each chain)
+through GroupCommit, which stops at a chosen point of the transaction so that
+tests/audit/test_two_chain_kill.py can SIGKILL it there: `python -m tests.two_chain_child URL A B MODE ROUND`.
+
+MODE is where the batch holding the event marked `stall` stops, its transaction open:
+- `first-entry`: the entry of the first chain is inserted, the second chain's is not;
+- `before-heads`: both entries are inserted, neither chain's head row is advanced yet;
+- `before-commit`: the append is done (entries and head rows), the commit is not;
+- `none`: nothing stops; the parent kills at a moment of its choosing while writes stream.
+
+Prints `ack <ref>` once a write's `record` returned (its batch committed) and `stalled <point>` when
+the stalling batch reached its point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import db.group_commit as group_commit
+from db import audit as audit_queries
+from db.audit_events import AuditEvent
+from db.pool import create_pool
+
+STALL_REF = "stall"
+
+
+def say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+async def _hold(point: str) -> None:
+    say(f"stalled {point}")
+    await asyncio.sleep(3600)  # the transaction stays open until the parent kills the process
+
+
+class _StallingConnection:
+    """The batch's connection, stopping the append at MODE (every other call passes through)."""
+
+    def __init__(self, conn, mode: str, stall_ref: str):
+        self._conn, self._mode, self._stall_ref = conn, mode, stall_ref
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+    async def executemany(self, sql: str, rows):
+        if self._mode != "first-entry" or "INSERT INTO audit_events" not in sql:
+            return await self._conn.executemany(sql, rows)
+        rows = list(rows)
+        for n, row in enumerate(rows):
+            await self._conn.execute(sql, *row)
+            # Row 7 is ref: the stalling event's first entry is in, its second chain's entry is next.
+            if row[7] == self._stall_ref and n + 1 < len(rows) and rows[n + 1][7] == self._stall_ref:
+                await _hold("first-entry")
+        return None
+
+    async def execute(self, sql: str, *args):
+        if self._mode == "before-heads" and sql.lstrip().startswith("UPDATE audit_chain_heads"):
+            await _hold("before-heads")
+        return await self._conn.execute(sql, *args)
+
+
+async def main(url: str, record_tenant: str, actor_tenant: str, mode: str, round_: str) -> None:
+    stall_ref = f"{record_tenant}/{STALL_REF}"
+    real_append = audit_queries.append_events
+
+    async def append_events(conn, events):
+        if not any(event.ref == stall_ref for event in events):
+            return await real_append(conn, events)
+        seqs = await real_append(_StallingConnection(conn, mode, stall_ref), events)
+        if mode == "before-commit":
+            await _hold("before-commit")
+        return seqs
+
+    group_commit.append_events = append_events  # the batch's append (db.group_commit imported it by name)
+    pool = await create_pool(url, min_size=2, max_size=6)
+    writes = group_commit.GroupCommit(pool, max_batch=8, concurrency=3)
+    writes.start()
+
+    def event(ref: str) -> AuditEvent:
+        return AuditEvent(
+            type="probe.crossed", outcome="allowed", tenant=record_tenant, actor_tenant=actor_tenant, ref=ref
+        )
+
+    async def one(ref: str) -> None:
+        await writes.record([event(ref)])
+        say(f"ack {ref}")
+
+    async def stream(prefix: str, count: int) -> None:
+        for n in range(count):
+            await one(f"{record_tenant}/r{round_}-{prefix}{n}")
+
+    # Concurrent writers: several batches in flight, each event in both chains.
+    await asyncio.gather(*[stream(f"w{k}-", 15) for k in range(8)])
+    if mode == "none":
+        await asyncio.gather(*[stream(f"x{k}-", 10**6) for k in range(8)])
+        return
+    stalled = asyncio.ensure_future(writes.record([event(stall_ref)]))
+    await asyncio.gather(stalled, *[stream(f"late{k}-", 10**6) for k in range(4)])
+
+
+if __name__ == "__main__":
+    asyncio.run(main(*sys.argv[1:6]))
