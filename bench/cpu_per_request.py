@@ -227,15 +227,17 @@ async def main_async(args) -> dict:
         scopes = sorted({f"{n}:{m}" for ns in data.DOMAINS.values() for n in ns for m in ("read", "write")})
         reader = token("acme", "bench-router", ["registry:read", *scopes], data.REGIONS)
         publishers = {t: token(t, "bench-publisher", ["registry:publish", "registry:read"]) for t in data.TENANTS}
-        loaded = await pool.fetchval("SELECT count(*) FROM agents WHERE agent_id LIKE 'agent-%'")
+        loaded = await pool.fetchval("SELECT count(*) FROM agents")
         specs_all = data.agents(args.seed, args.agents)
         if loaded < args.agents:
             t0 = time.perf_counter()
             errors = await load_agents(application, specs_all[loaded:], publishers, 8)
             print(f"loaded {args.agents - loaded} agents in {time.perf_counter() - t0:.0f}s ({errors} errors)", flush=True)
         specs = specs_all[:400]
-        public = [a for a in specs if a.card["visibility"] == "public"][:200]
-        mintable = [(a, s) for a in public for s in a.card["skills"] if s["sideEffect"] != "destructive"][:200]
+        public = [a for a in specs if a.card["visibility"] == "public"][: args.targets]
+        mintable = [(a, s) for a in public for s in a.card["skills"] if s["sideEffect"] != "destructive"][
+            : args.targets
+        ]
         mint_bodies = [
             request(
                 "POST",
@@ -345,11 +347,14 @@ async def main_async(args) -> dict:
             results[scenario] = {"requests": n, "errors": errors, **figures}
             print(f"  {scenario:22} {json.dumps(results[scenario])}", flush=True)
         if args.profile_seconds:
-            print(f"pid {os.getpid()}: detail + mint loop for {args.profile_seconds}s", flush=True)
+            looped = [s for s in scenarios if only is None or s[0] in only]
+            print(f"pid {os.getpid()}: looping {[s[0] for s in looped]} for {args.profile_seconds}s", flush=True)
             end = time.monotonic() + args.profile_seconds
             while time.monotonic() < end:
-                await drive(application, scenarios[4][1], 200, args.concurrency, (200,))
-                await drive(application, scenarios[5][1], 200, args.concurrency, (200, 201))
+                for scenario, source, expect, _ in looped:
+                    shifted = (lambda s, o: (lambda i: s(i + o)))(source, offset)
+                    await drive(application, shifted, 200, args.concurrency, expect)
+                    offset += 200
     finally:
         await pool.close()
         stop.set()
@@ -368,9 +373,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=2000, help="measured requests per scenario")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--targets",
+        type=int,
+        default=200,
+        help="distinct agents read, released and minted for (the bench's 200; fewer: more cache hits)",
+    )
     parser.add_argument("--only", help="comma-separated scenario names")
     parser.add_argument("--keep", help="database name to keep (and reuse when already loaded)")
-    parser.add_argument("--profile-seconds", type=float, default=0, help="then loop detail + mint this long")
+    parser.add_argument("--profile-seconds", type=float, default=0, help="then loop the chosen scenarios this long (attach py-spy meanwhile)")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = parser.parse_args(argv)
     loadavg = Path("/proc/loadavg").read_text().split()[:3]
