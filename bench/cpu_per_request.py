@@ -232,7 +232,9 @@ async def main_async(args) -> dict:
         if loaded < args.agents:
             t0 = time.perf_counter()
             errors = await load_agents(application, specs_all[loaded:], publishers, 8)
-            print(f"loaded {args.agents - loaded} agents in {time.perf_counter() - t0:.0f}s ({errors} errors)", flush=True)
+            print(
+                f"loaded {args.agents - loaded} agents in {time.perf_counter() - t0:.0f}s ({errors} errors)", flush=True
+            )
         specs = specs_all[:400]
         public = [a for a in specs if a.card["visibility"] == "public"][: args.targets]
         mintable = [(a, s) for a in public for s in a.card["skills"] if s["sideEffect"] != "destructive"][
@@ -315,7 +317,9 @@ async def main_async(args) -> dict:
                 cycle(
                     [
                         request(
-                            "GET", f"/v1/agents/{a.tenant}/{a.agent_id}/skills/{a.card['skills'][0]['id']}/versions/latest", reader
+                            "GET",
+                            f"/v1/agents/{a.tenant}/{a.agent_id}/skills/{a.card['skills'][0]['id']}/versions/latest",
+                            reader,
                         )
                         for a in public
                     ]
@@ -336,10 +340,10 @@ async def main_async(args) -> dict:
             if only is not None and scenario not in only:
                 continue
             warm = max(n // 10, 20)
-            shifted = (lambda s, o: (lambda i: s(i + o)))(source, offset)  # new agents stay new
+            shifted = (lambda s, o: lambda i: s(i + o))(source, offset)  # new agents stay new
             await drive(application, shifted, warm, args.concurrency, expect)
             offset += warm
-            shifted = (lambda s, o: (lambda i: s(i + o)))(source, offset)
+            shifted = (lambda s, o: lambda i: s(i + o))(source, offset)
             await meter.start()
             errors = await drive(application, shifted, n, args.concurrency, expect)
             figures = await meter.stop(n)
@@ -351,8 +355,8 @@ async def main_async(args) -> dict:
             print(f"pid {os.getpid()}: looping {[s[0] for s in looped]} for {args.profile_seconds}s", flush=True)
             end = time.monotonic() + args.profile_seconds
             while time.monotonic() < end:
-                for scenario, source, expect, _ in looped:
-                    shifted = (lambda s, o: (lambda i: s(i + o)))(source, offset)
+                for _name, source, expect, _ in looped:
+                    shifted = (lambda s, o: lambda i: s(i + o))(source, offset)
                     await drive(application, shifted, 200, args.concurrency, expect)
                     offset += 200
     finally:
@@ -368,7 +372,9 @@ async def main_async(args) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.cpu_per_request", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL"), required="DATABASE_URL" not in os.environ)
+    parser.add_argument(
+        "--database-url", default=os.environ.get("DATABASE_URL"), required="DATABASE_URL" not in os.environ
+    )
     parser.add_argument("--agents", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=2000, help="measured requests per scenario")
     parser.add_argument("--concurrency", type=int, default=8)
@@ -381,7 +387,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--only", help="comma-separated scenario names")
     parser.add_argument("--keep", help="database name to keep (and reuse when already loaded)")
-    parser.add_argument("--profile-seconds", type=float, default=0, help="then loop the chosen scenarios this long (attach py-spy meanwhile)")
+    parser.add_argument(
+        "--profile-seconds",
+        type=float,
+        default=0,
+        help="then loop the chosen scenarios this long (attach py-spy meanwhile)",
+    )
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = parser.parse_args(argv)
     loadavg = Path("/proc/loadavg").read_text().split()[:3]
@@ -389,7 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     results = asyncio.run(main_async(args))
     print(f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}", flush=True)
     if args.out:
-        args.out.write_text(json.dumps({"loadavg": loadavg, "args": vars(args) | {"out": str(args.out)}, "results": results}, indent=2))
+        args.out.write_text(
+            json.dumps({"loadavg": loadavg, "args": vars(args) | {"out": str(args.out)}, "results": results}, indent=2)
+        )
     return 0
 
 
