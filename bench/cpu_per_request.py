@@ -12,6 +12,8 @@ counted as the server's) and reports:
 - `workers_us`: CPU of the schema worker processes (registry.core.bounded_work) per request;
 - `pg_us`: CPU of the PostgreSQL backends serving this database per request (from /proc; 0 when the
   server is not on this machine or not readable);
+- `gc_us`: the part of `app_us` spent in the cyclic garbage collector (`gc2_runs` full collections,
+  `objects` tracked at the end: a full collection's cost grows with them);
 - `wall_us`: wall time per request at that concurrency (load-sensitive; for orientation only).
 
 Usage (a database server of your own choice; a fresh database is created and dropped):
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import secrets
@@ -132,11 +135,23 @@ async def call(app, req: Request) -> tuple[int, bytes]:
 
 
 class Meter:
-    """CPU of this process, its child processes and the database's backends between start and stop."""
+    """CPU of this process, its child processes and the database's backends between start and stop,
+    and the part of this process's CPU spent in Python's cyclic garbage collector (by generation)."""
 
     def __init__(self, pool: asyncpg.Pool, database: str):
         self.pool, self.database = pool, database
         self.hz = os.sysconf("SC_CLK_TCK")
+        self.gc_seconds = [0.0, 0.0, 0.0]
+        self.gc_runs = [0, 0, 0]
+        self._gc_started = 0.0
+        gc.callbacks.append(self._gc)
+
+    def _gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_started = time.process_time()
+        else:
+            self.gc_seconds[info["generation"]] += time.process_time() - self._gc_started
+            self.gc_runs[info["generation"]] += 1
 
     async def _backends(self) -> int:
         pids = await self.pool.fetch("SELECT pid FROM pg_stat_activity WHERE datname = $1", self.database)
@@ -145,6 +160,7 @@ class Meter:
     async def start(self) -> None:
         self.workers0 = sum(_ticks(p) for p in _children())
         self.pg0 = await self._backends()
+        self.gc_seconds, self.gc_runs = [0.0, 0.0, 0.0], [0, 0, 0]
         self.wall0, self.cpu0 = time.perf_counter(), time.process_time()
 
     async def stop(self, n: int) -> dict[str, float]:
@@ -156,6 +172,9 @@ class Meter:
             "workers_us": round(workers / self.hz / n * 1e6, 1),
             "pg_us": round(pg / self.hz / n * 1e6, 1),
             "wall_us": round(wall / n * 1e6, 1),
+            "gc_us": round(sum(self.gc_seconds) / n * 1e6, 1),
+            "gc2_runs": self.gc_runs[2],
+            "objects": len(gc.get_objects()),
         }
 
 
