@@ -14,6 +14,9 @@ counted as the server's) and reports:
   server is not on this machine or not readable);
 - `gc_us`: the part of `app_us` spent in the cyclic garbage collector (`gc2_runs` full collections,
   `objects` tracked at the end: a full collection's cost grows with them);
+- `wal_bytes`: WAL written per request, on the whole server (others' writes included); with the
+  pg_walinspect extension in the database, `own_wal_bytes` and `own_fpi_bytes` (full-page images)
+  count this database's records only;
 - `wall_us`: wall time per request at that concurrency (load-sensitive; for orientation only).
 
 Usage (a database server of your own choice; a fresh database is created and dropped):
@@ -160,6 +163,7 @@ class Meter:
     async def start(self) -> None:
         self.workers0 = sum(_ticks(p) for p in _children())
         self.pg0 = await self._backends()
+        self.wal0 = await self.pool.fetchval("SELECT pg_current_wal_lsn()")
         self.gc_seconds, self.gc_runs = [0.0, 0.0, 0.0], [0, 0, 0]
         self.wall0, self.cpu0 = time.perf_counter(), time.process_time()
 
@@ -167,11 +171,25 @@ class Meter:
         cpu, wall = time.process_time() - self.cpu0, time.perf_counter() - self.wall0
         workers = sum(_ticks(p) for p in _children()) - self.workers0
         pg = await self._backends() - self.pg0
+        wal = await self.pool.fetchval("SELECT pg_current_wal_lsn() - $1::pg_lsn", self.wal0)
+        own = None
+        if await self.pool.fetchval("SELECT 1 FROM pg_extension WHERE extname = 'pg_walinspect'"):
+            # This database's WAL records only (a relation's block_ref names its database's oid):
+            # other sessions' writes on the server are not counted.
+            with contextlib.suppress(asyncpg.PostgresError):  # the window's WAL may be recycled already
+                own = await self.pool.fetchrow(
+                    """SELECT coalesce(sum(record_length), 0) AS bytes, coalesce(sum(fpi_length), 0) AS fpi
+                         FROM pg_get_wal_records_info($1::pg_lsn, pg_current_wal_lsn())
+                        WHERE block_ref LIKE '%/' || (SELECT oid FROM pg_database WHERE datname = current_database()) || '/%'""",
+                    self.wal0,
+                )
         return {
             "app_us": round(cpu / n * 1e6, 1),
             "workers_us": round(workers / self.hz / n * 1e6, 1),
             "pg_us": round(pg / self.hz / n * 1e6, 1),
             "wall_us": round(wall / n * 1e6, 1),
+            "wal_bytes": round(float(wal) / n),
+            **({"own_wal_bytes": round(own["bytes"] / n), "own_fpi_bytes": round(own["fpi"] / n)} if own else {}),
             "gc_us": round(sum(self.gc_seconds) / n * 1e6, 1),
             "gc2_runs": self.gc_runs[2],
             "objects": len(gc.get_objects()),
@@ -315,21 +333,21 @@ async def main_async(args) -> dict:
             return lambda i: reqs[i % len(reqs)]
 
         scenarios: list[tuple[str, Callable[[int], Request], tuple[int, ...], int]] = [
-            ("healthz", cycle([request("GET", "/healthz")]), (200,), args.requests),
-            ("discovery", cycle([request("GET", "/v1/capabilities?limit=50")]), (200,), args.requests),
+            ("healthz", cycle([request("GET", "/healthz")]), (200,), args.cheap_requests),
+            ("discovery", cycle([request("GET", "/v1/capabilities?limit=50")]), (200,), args.cheap_requests),
             (
                 "agent_card",
                 cycle(
                     [request("GET", f"/v1/agents/{a.tenant}/{a.agent_id}/.well-known/agent-card.json") for a in public]
                 ),
                 (200,),
-                args.requests,
+                args.cheap_requests,
             ),
             (
                 "agent_view",
                 cycle([request("GET", f"/v1/agents/{a.tenant}/{a.agent_id}") for a in public]),
                 (200,),
-                args.requests,
+                args.cheap_requests,
             ),
             (
                 "detail",
@@ -396,6 +414,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--agents", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=2000, help="measured requests per scenario")
+    parser.add_argument(
+        "--cheap-requests", type=int, default=20000, help="measured requests of the cached read paths (tens of µs each)"
+    )
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
