@@ -14,6 +14,7 @@ counted as the server's) and reports:
   server is not on this machine or not readable);
 - `gc_us`: the part of `app_us` spent in the cyclic garbage collector (`gc2_runs` full collections,
   `objects` tracked at the end: a full collection's cost grows with them);
+- `batches`: group-commit batches (transactions) per request: 1 / the mean batch size;
 - `wal_bytes`: WAL written per request, on the whole server (others' writes included); with the
   pg_walinspect extension in the database, `own_wal_bytes` and `own_fpi_bytes` (full-page images)
   count this database's records only;
@@ -52,6 +53,19 @@ import msgspec
 from bench import data
 
 LEASE_TTL = 30
+BATCHES = [0]  # group-commit batches run in this process (counted by _count_batches)
+
+
+def _count_batches() -> None:
+    from db.group_commit import GroupCommit
+
+    run = GroupCommit._execute
+
+    async def counted(self, conn, batch):
+        BATCHES[0] += 1
+        return await run(self, conn, batch)
+
+    GroupCommit._execute = counted  # type: ignore[method-assign]
 
 
 def _with_database(url: str, name: str) -> str:
@@ -160,10 +174,15 @@ class Meter:
         pids = await self.pool.fetch("SELECT pid FROM pg_stat_activity WHERE datname = $1", self.database)
         return sum(_ticks(r["pid"]) for r in pids)
 
+    async def _commits(self) -> int:
+        await self.pool.execute("SELECT pg_stat_force_next_flush()")
+        return await self.pool.fetchval("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+
     async def start(self) -> None:
         self.workers0 = sum(_ticks(p) for p in _children())
         self.pg0 = await self._backends()
         self.wal0 = await self.pool.fetchval("SELECT pg_current_wal_lsn()")
+        self.batches0 = BATCHES[0]
         self.gc_seconds, self.gc_runs = [0.0, 0.0, 0.0], [0, 0, 0]
         self.wall0, self.cpu0 = time.perf_counter(), time.process_time()
 
@@ -172,6 +191,7 @@ class Meter:
         workers = sum(_ticks(p) for p in _children()) - self.workers0
         pg = await self._backends() - self.pg0
         wal = await self.pool.fetchval("SELECT pg_current_wal_lsn() - $1::pg_lsn", self.wal0)
+        batches = BATCHES[0] - self.batches0
         own = None
         if await self.pool.fetchval("SELECT 1 FROM pg_extension WHERE extname = 'pg_walinspect'"):
             # This database's WAL records only (a relation's block_ref names its database's oid):
@@ -188,6 +208,7 @@ class Meter:
             "workers_us": round(workers / self.hz / n * 1e6, 1),
             "pg_us": round(pg / self.hz / n * 1e6, 1),
             "wall_us": round(wall / n * 1e6, 1),
+            "batches": round(batches / n, 3),
             "wal_bytes": round(float(wal) / n),
             **({"own_wal_bytes": round(own["bytes"] / n), "own_fpi_bytes": round(own["fpi"] / n)} if own else {}),
             "gc_us": round(sum(self.gc_seconds) / n * 1e6, 1),
@@ -224,6 +245,7 @@ async def main_async(args) -> dict:
     from registry.app import create_app
     from registry.config import Settings
 
+    _count_batches()
     name = args.keep or "capreg_cpu_" + secrets.token_hex(4)
     admin = await asyncpg.connect(args.database_url)
     exists = await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name)
