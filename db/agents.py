@@ -238,6 +238,27 @@ async def live_instances(
     return list(rows), (rows[0]["total"] if rows else 0)
 
 
+async def lease_snapshot(
+    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str, *, limit: int = MAX_LISTED_INSTANCES
+) -> tuple[list[asyncpg.Record], int, str]:
+    """In one statement: at most `limit` live instances, least loaded first, how many are live in all,
+    and the agent's health as HEALTH_SQL answers it (healthy while any lease is live, stale once all
+    have lapsed, unknown if none ever existed)."""
+    rows = await conn.fetch(
+        """SELECT instance_id, url, expires_at, load, last_seen_at, expires_at > now() AS live,
+                  count(*) FILTER (WHERE expires_at > now()) OVER () AS total
+             FROM agent_instances WHERE tenant = $1 AND agent_id = $2
+            ORDER BY expires_at > now() DESC, load ASC NULLS LAST, instance_id LIMIT $3""",
+        tenant,
+        agent_id,
+        limit,
+    )
+    if not rows:
+        return [], 0, "unknown"
+    total = rows[0]["total"]
+    return [row for row in rows if row["live"]], total, "healthy" if total else "stale"
+
+
 async def least_loaded_instances(
     conn: asyncpg.Connection | asyncpg.Pool, agents: list[tuple[str, str]]
 ) -> dict[tuple[str, str], asyncpg.Record]:

@@ -30,7 +30,8 @@ async def append_events(conn: asyncpg.Connection, events: list[AuditEvent]) -> l
         return []
     entries = [(chain, event) for event in events for chain in event_chains(event)]
     chains = sorted({chain for chain, _ in entries}, key=str.encode)
-    heads = await _lock_heads(conn, chains)
+    # Usually every chain exists: its head locked and the seqs taken in one round trip.
+    heads, seqs = await _lock_heads_taking_seqs(conn, chains, len(entries))
     missing = [chain for chain in chains if chain not in heads]
     if missing:
         allowed = await _creatable_chains(conn, missing, {e.actor_tenant for e in events if e.actor_tenant})
@@ -49,7 +50,9 @@ async def append_events(conn: asyncpg.Connection, events: list[AuditEvent]) -> l
             heads.update(await _lock_heads(conn, allowed))
         # A record tenant that does not exist gets no chain: the entry stays in the actor's chain only.
         entries = [(chain, event) for chain, event in entries if chain in heads]
-    seqs = await conn.fetchval("SELECT array_agg(nextval('audit_event_seq')) FROM generate_series(1, $1)", len(entries))
+        seqs = await conn.fetchval(
+            "SELECT array_agg(nextval('audit_event_seq')) FROM generate_series(1, $1)", len(entries)
+        )
     seqs.sort()
     at = datetime.now(UTC)
     event_ids = {id(event): str(uuid.uuid4()) for event in events}
@@ -83,22 +86,70 @@ async def append_events(conn: asyncpg.Connection, events: list[AuditEvent]) -> l
             )
         )
         heads[chain] = (chain_seq, digest)
-    await conn.executemany(
-        f"INSERT INTO audit_events ({AUDIT_COLUMNS}) "
-        "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19)",
-        rows,
-    )
+    if not rows:
+        return []
     last_seq = {row[16]: row[0] for row in rows}
     written = [chain for chain in chains if chain in last_seq]
+    # The entries and the heads they advance in one statement (one round trip, not two); columns as
+    # arrays, scopes (an array per entry) as one JSON text each.
+    columns = [list(column) for column in zip(*rows, strict=True)]
+    columns[8] = [_JSON.encode(scopes).decode() for scopes in columns[8]]
     await conn.execute(
-        """UPDATE audit_chain_heads h SET chain_seq = x.cs, seq = x.s, hash = x.h
-             FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[]) AS x(c, cs, s, h) WHERE h.chain = x.c""",
+        _APPEND,
+        *columns,
         written,
         [heads[c][0] for c in written],
         [last_seq[c] for c in written],
         [heads[c][1] for c in written],
     )
     return [row[0] for row in rows]
+
+
+_JSON = msgspec.json.Encoder()
+_APPEND = f"""WITH appended AS (
+        INSERT INTO audit_events ({AUDIT_COLUMNS})
+        SELECT e.seq, e.at, e.tenant, e.actor_tenant, e.type, e.actor, e.on_behalf_of, e.ref,
+               ARRAY(SELECT jsonb_array_elements_text(e.scopes::jsonb)), e.outcome, e.reason, e.trace_id,
+               e.prev_hash, e.hash, e.actor_issuer, e.request_id, e.chain, e.chain_seq, e.event_id
+          FROM unnest($1::bigint[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+                      $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[],
+                      $15::text[], $16::text[], $17::text[], $18::bigint[], $19::text[])
+               AS e(seq, at, tenant, actor_tenant, type, actor, on_behalf_of, ref, scopes, outcome, reason, trace_id,
+                    prev_hash, hash, actor_issuer, request_id, chain, chain_seq, event_id)
+    )
+    UPDATE audit_chain_heads h SET chain_seq = x.cs, seq = x.s, hash = x.h
+      FROM unnest($20::text[], $21::bigint[], $22::bigint[], $23::text[]) AS x(c, cs, s, h) WHERE h.chain = x.c"""
+
+
+async def _lock_heads_taking_seqs(
+    conn: asyncpg.Connection, chains: list[str], n: int
+) -> tuple[dict[str, tuple[int, str]], list[int]]:
+    """The heads of `chains` that exist, locked (as _lock_heads), and `n` seqs taken after every one
+    of those locks is held (the seqs' subquery is correlated with the aggregate of all locked rows,
+    so it runs once that row exists), or no seqs when a chain does not exist yet: they are then taken
+    after its creation, under its lock too, and seq has no gap."""
+    row = await conn.fetchrow(
+        """WITH locked AS MATERIALIZED (
+               SELECT chain, chain_seq, hash FROM audit_chain_heads WHERE chain = ANY($1::text[])
+                ORDER BY chain COLLATE "C" FOR UPDATE
+           ), heads AS (
+               SELECT array_agg(chain) AS chains, array_agg(chain_seq) AS chain_seqs, array_agg(hash) AS hashes,
+                      count(*) AS locked FROM locked
+           )
+           SELECT chains, chain_seqs, hashes,
+                  ARRAY(SELECT nextval('audit_event_seq')
+                          FROM generate_series(1, CASE WHEN heads.locked = cardinality($1::text[]) THEN $2 ELSE 0 END))
+                    AS seqs
+             FROM heads""",
+        chains,
+        n,
+    )
+    names = row["chains"] or []
+    heads = {
+        chain: (chain_seq, digest)
+        for chain, chain_seq, digest in zip(names, row["chain_seqs"] or [], row["hashes"] or [], strict=True)
+    }
+    return heads, list(row["seqs"])
 
 
 async def _lock_heads(conn: asyncpg.Connection, chains: list[str]) -> dict[str, tuple[int, str]]:

@@ -43,7 +43,7 @@ from registry.versions import routes as versions
 from registry.web import api_docs
 from registry.web.observability import RequestMetrics, observability_middleware
 from registry.web.rate_limit import TokenBuckets, rate_limit_middleware
-from registry.web.request_guard import unstorable_guard
+from registry.web.request_guard import unstorable_guard, unstorable_screen
 from registry.web.route_methods import answer_every_method
 
 log = logging.getLogger("capreg")
@@ -127,21 +127,27 @@ def create_app(settings: Settings | None = None) -> Litestar:
         lifespan=[lifespan],
         middleware=[
             # trace and request ids, metrics, and the browser security headers (CSP, nosniff,
-            # no referrer, no framing: registry/console/routes.py) in one layer
-            observability_middleware(metrics, extra_headers=console.browser_headers),
+            # no referrer, no framing: registry/console/routes.py) in one layer; with no rate
+            # limiter, the unstorable-value screen too (in the same pass)
+            observability_middleware(
+                metrics,
+                extra_headers=console.browser_headers,
+                screen=None if settings.rate_limit > 0 else unstorable_screen,
+            ),
             *(
                 [
+                    # before the screen, so a caller cannot use NUL requests to bypass its bucket
                     rate_limit_middleware(
                         TokenBuckets(
                             settings.rate_limit, settings.rate_burst or max(1, math.ceil(2 * settings.rate_limit))
                         ),
                         settings.trusted_proxies,
-                    )
+                    ),
+                    unstorable_guard,
                 ]
                 if settings.rate_limit > 0
                 else []
             ),
-            unstorable_guard,
         ],
         exception_handlers={Exception: handle_exception},
         request_max_body_size=settings.max_body,

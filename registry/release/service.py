@@ -38,7 +38,7 @@ from registry.core.refusals import refuse
 from registry.core.tracing import current_request_id
 from registry.core.wire import Wire
 from registry.discovery.service import Publisher, capability_version, public_capability, publisher_of
-from registry.release.skill_records import skill_record
+from registry.release.skill_records import Leases, leases, skill_record
 from registry.state import Registry
 from registry.versions.semver import InvalidRange, InvalidVersion, Version, parse_range, resolve
 
@@ -243,8 +243,9 @@ class Released(msgspec.Struct, frozen=True):
     cap: CapabilityVersion
     row: Any
     agent: Any
-    instances: Any
-    instance_count: int = 0
+    # The agent's leases (registry.release.skill_records.leases): read by `release` once the checks
+    # passed, since only a detail shows them (a ticket releases no instance).
+    leases: Leases | None = None
 
     def gate(self) -> CapabilityGate:
         """What policy decides on: the version's fields with its agent's visibility and sharing."""
@@ -269,7 +270,7 @@ async def visible_version(
     if chosen is None:
         return None
     row = next(row for cap, row in skill.versions if cap is chosen)
-    return Released(cap=chosen, row=row, agent=agent, instances=skill.instances, instance_count=skill.instance_count)
+    return Released(cap=chosen, row=row, agent=agent)
 
 
 async def release(
@@ -319,6 +320,7 @@ async def release(
         caller, tenant=tenant, ref=found.cap.ref, refusal=None, scopes=found.cap.scopes, trace_id=trace_id
     )
     await registry.writes.record([event])
+    found = msgspec.structs.replace(found, leases=await leases(registry, tenant, agent_id))
     return await _with_fixtures(registry, found)
 
 
@@ -333,11 +335,15 @@ async def _with_fixtures(registry: Registry, found: Released) -> Released:
 
 
 def detail_of(released: Released) -> CapabilityDetail:
-    """The capability detail: public fields, schemas, examples and endpoints."""
+    """The capability detail: public fields, schemas, examples and endpoints (health and instances
+    from the leases `release` read)."""
+    public = public_capability(released.row)
+    now = released.leases or Leases(instances=[], instance_count=0, health=public.health)
+    public = msgspec.structs.replace(public, health=now.health, live_instances=now.instance_count)
     return capability_detail(
-        public_capability(released.row),
+        public,
         released.cap,
-        endpoints(released.agent["card"], released.instances, released.instance_count),
+        endpoints(released.agent["card"], now.instances, now.instance_count),
         publisher_of(released.agent),
     )
 

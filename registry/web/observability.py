@@ -142,12 +142,16 @@ def _alive(pid: int) -> bool:
 
 
 def observability_middleware(
-    metrics: RequestMetrics, extra_headers: Callable[[str], list[tuple[bytes, bytes]]] | None = None
+    metrics: RequestMetrics,
+    extra_headers: Callable[[str], list[tuple[bytes, bytes]]] | None = None,
+    screen: Callable[[Scope], ASGIApp | None] | None = None,
 ) -> Callable[[ASGIApp], ASGIApp]:
     """The one outer request middleware (each ASGI layer costs every request a few microseconds):
     adopt the W3C traceparent's trace id (or make one), echo it as X-Trace-Id beside the server's
     X-Request-Id, add `extra_headers(path)` (the browser security headers) unless the response sets
-    them itself, and time the request."""
+    them itself, and time the request. `screen(scope)`, when given, is asked in the same pass before
+    the app: None lets the request through, else the ASGI app it returns answers instead
+    (registry.web.request_guard.unstorable_screen)."""
 
     def wrap(app: ASGIApp) -> ASGIApp:
         async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
@@ -178,7 +182,8 @@ def observability_middleware(
                 await send(message)
 
             try:
-                await app(scope, receive, send_with_trace)
+                answer = screen(scope) if screen is not None else None
+                await (answer or app)(scope, receive, send_with_trace)
             finally:
                 path = scope.get("path_template") or "unmatched"
                 metrics.observe(scope["method"], path, status, time.perf_counter() - started)

@@ -55,16 +55,31 @@ async def refuse_unstorable(request: Request, item: ErrorItem) -> ProblemError:
     return error
 
 
-def unstorable_guard(app: ASGIApp) -> ASGIApp:
-    """ASGI middleware: a request whose path, query or headers hold an unstorable value never
-    reaches a handler."""
+def unstorable_screen(scope: Scope) -> ASGIApp | None:
+    """None when the path, query and headers of an HTTP request hold no unstorable value; else the
+    ASGI app that answers its 400 (audited as refuse_unstorable says). For the one outer middleware
+    to run in its own pass (registry.web.observability) when no layer must come between them."""
+    item = _unstorable_part(scope)
+    if item is None:
+        return None
 
-    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or (item := _unstorable_part(scope)) is None:
-            await app(scope, receive, send)
-            return
+    async def answer(scope: Scope, receive: Receive, send: Send) -> None:
         request: Request = Request(scope, receive)
         await send_problem(scope, send, await refuse_unstorable(request, item))
+
+    return answer
+
+
+def unstorable_guard(app: ASGIApp) -> ASGIApp:
+    """ASGI middleware: a request whose path, query or headers hold an unstorable value never
+    reaches a handler (the same screen as a layer of its own, for when the rate limiter must run
+    before it)."""
+
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or (answer := unstorable_screen(scope)) is None:
+            await app(scope, receive, send)
+            return
+        await answer(scope, receive, send)
 
     return middleware
 
