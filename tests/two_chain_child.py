@@ -3,10 +3,12 @@ through GroupCommit, which stops at a chosen point of the transaction so that
 tests/audit/test_two_chain_kill.py can SIGKILL it there: `python -m tests.two_chain_child URL A B MODE ROUND`.
 
 MODE is where the batch holding the event marked `stall` stops, its transaction open:
-- `first-entry`: the entry of the first chain is inserted, the second chain's is not;
-- `before-heads`: both entries are inserted, neither chain's head row is advanced yet;
-- `before-commit`: the append is done (entries and head rows), the commit is not;
+- `after-lock`: both chains' head rows are locked and the seqs taken; no entry is written yet;
+- `before-commit`: the append is done (both chains' entries and head rows), the commit is not;
 - `none`: nothing stops; the parent kills at a moment of its choosing while writes stream.
+Both chains' entries and their head rows go in with one statement (db.audit.append_events), so no
+moment between the first chain's entry and the second's exists to stop at: a kill while that
+statement runs is what `none` gives, at random.
 
 Prints `ack <ref>` once a write's `record` returned (its batch committed) and `stalled <point>` when
 the stalling batch reached its point.
@@ -44,20 +46,9 @@ class _StallingConnection:
     def __getattr__(self, name):
         return getattr(self._conn, name)
 
-    async def executemany(self, sql: str, rows):
-        if self._mode != "first-entry" or "INSERT INTO audit_events" not in sql:
-            return await self._conn.executemany(sql, rows)
-        rows = list(rows)
-        for n, row in enumerate(rows):
-            await self._conn.execute(sql, *row)
-            # Row 7 is ref: the stalling event's first entry is in, its second chain's entry is next.
-            if row[7] == self._stall_ref and n + 1 < len(rows) and rows[n + 1][7] == self._stall_ref:
-                await _hold("first-entry")
-        return None
-
     async def execute(self, sql: str, *args):
-        if self._mode == "before-heads" and sql.lstrip().startswith("UPDATE audit_chain_heads"):
-            await _hold("before-heads")
+        if self._mode == "after-lock" and "INSERT INTO audit_events" in sql and self._stall_ref in args[7]:
+            await _hold("after-lock")  # args[7]: the entries' refs
         return await self._conn.execute(sql, *args)
 
 

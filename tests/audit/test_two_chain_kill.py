@@ -1,9 +1,9 @@
 """An event of two tenants is one entry in each chain, written in one transaction: a replica (a real
 child process, tests/two_chain_child.py) SIGKILLed while it writes such events leaves both entries
 or neither, and both chains verify and stay gap-free. Killed at the worst moments we can arrange
-(the transaction open after the first chain's entry; after both entries, before the head rows; after
-the whole append, before the commit) and at random moments while writes stream, round after round
-on the same two chains."""
+(the transaction open with both chains' heads locked and no entry written; after the whole append,
+before the commit) and at random moments while writes stream (among them, while the one statement
+writing both chains' entries and heads runs), round after round on the same two chains."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from db.audit_events import AuditEvent
 from registry.audit.verifier import EntryVerifier
 from tests.conftest import ROOT
 
-MODES = ["first-entry", "before-heads", "before-commit", "none"]
+MODES = ["after-lock", "before-commit", "none"]
 ROUNDS = int(os.environ.get("CAPREG_TWO_CHAIN_KILL_ROUNDS", "40"))
 
 
