@@ -29,7 +29,9 @@ EFFECTIVE_NOW = "(c.effective_at IS NULL OR c.effective_at <= now())"
 IN_FORCE = f"{NOT_WITHDRAWN} AND {EFFECTIVE_NOW}"
 # Precedence among a skill's versions: releases before pre-releases, then the highest first. The
 # latest version of a skill is its first in-force version in this order (`versions=latest`).
-LATEST_ORDER = "c.prerelease, c.version_key DESC"
+# Builds of one precedence (`1.0.0+a`, `1.0.0+b`) share a version_key: the version text breaks the
+# tie, so exactly one version is latest and every path names the same one.
+LATEST_ORDER = 'c.prerelease, c.version_key DESC, c.version COLLATE "C" DESC'
 VISIBLE_TO = "(a.visibility = 'public' OR a.tenant = {t} OR {t} = ANY (a.shared_with))"
 # When the agent's lease figures would next change by themselves: its first live lease lapsing
 # (liveInstances drops; health flips at the last one). Cached pages end there.
@@ -61,7 +63,9 @@ def latest_in_force(alias: str = "c") -> str:
                              WHERE {n}.tenant = {alias}.tenant AND {n}.agent_id = {alias}.agent_id
                                AND {n}.skill_id = {alias}.skill_id AND {n}.latest AND {in_force(n)}
                                AND ({n}.prerelease < {alias}.prerelease
-                                    OR ({n}.prerelease = {alias}.prerelease AND {n}.version_key > {alias}.version_key)))))"""
+                                    OR ({n}.prerelease = {alias}.prerelease AND {n}.version_key > {alias}.version_key)
+                                    OR ({n}.prerelease = {alias}.prerelease AND {n}.version_key = {alias}.version_key
+                                        AND {n}.version COLLATE "C" > {alias}.version COLLATE "C")))))"""
 
 
 LATEST_IN_FORCE = latest_in_force("c")
@@ -163,7 +167,7 @@ async def skill_versions(
         f"""SELECT {columns}, {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances
               FROM capability_versions c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
              WHERE c.tenant = $1 AND c.agent_id = $2 AND c.skill_id = $3
-             ORDER BY c.version_key DESC""",
+             ORDER BY c.version_key DESC, c.version COLLATE "C" DESC""",
         tenant,
         agent_id,
         skill_id,
