@@ -41,6 +41,13 @@ Ref = Annotated[
 ]
 
 
+# The one spelling of the side-effect ceiling both search_capabilities and find_capability take.
+SideEffectMax = Annotated[
+    SideEffect,
+    msgspec.Meta(description="the most dangerous side effect you accept: none < idempotent < write < destructive"),
+]
+
+
 class SearchArguments(Wire, forbid_unknown_fields=True):
     q: (
         Annotated[
@@ -60,15 +67,7 @@ class SearchArguments(Wire, forbid_unknown_fields=True):
         | Annotated[str, msgspec.Meta(max_length=128)]
         | None
     ) = None
-    side_effect_max: (
-        Annotated[
-            SideEffect,
-            msgspec.Meta(
-                description="the most dangerous side effect you accept: none < idempotent < write < destructive",
-            ),
-        ]
-        | None
-    ) = None
+    side_effect_max: SideEffectMax | None = None
     region: (
         Annotated[
             str,
@@ -173,15 +172,7 @@ class FindArguments(Wire, forbid_unknown_fields=True):
         ]
         | None
     ) = None
-    side_effect_max: (
-        Annotated[
-            SideEffect,
-            msgspec.Meta(
-                description="the most dangerous side effect you accept: none < idempotent < write < destructive",
-            ),
-        ]
-        | None
-    ) = None
+    side_effect_max: SideEffectMax | None = None
     limit: Annotated[
         int,
         msgspec.Meta(
