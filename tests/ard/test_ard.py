@@ -1,5 +1,5 @@
 """ARD (docs/api.md#ard) against the real app and PostgreSQL: answers valid against ARD's own JSON
-Schema and OpenAPI (tests/ard_spec/), visibility (invisible and absent answer alike, facets never
+Schema and OpenAPI (from ARD's checkout: tests/ard_support.py), visibility (invisible and absent answer alike, facets never
 count what the caller cannot see), every filter key, paging without repeats, each bad input and the
 error envelope (ARD's on /ard/* only), and agreement with GET /v1/capabilities?q=."""
 

@@ -1,24 +1,29 @@
 """ARD's official conformance tool against a real `capreg serve`: registry mode anonymously and with
-a bearer token, and manifest mode. The tool is not on a package index and is not vendored here;
-set ARD_CONFORMANCE_TOOL to its path (conformance/bin/conformance-test of ards-project/ard-spec)
-to run it. The same checks, against ARD's JSON Schema and OpenAPI, run always in tests/ard/test_ard.py."""
+a bearer token, and manifest mode (issue 22). The tool is on no package index and is not copied here:
+it runs from the checkout of ards-project/ard-spec that `ARD_SPEC` names (tests/ard_support.py),
+which `.ci/run` provides and requires. The probes the tool sends are also sent here and their answers
+checked against ARD's JSON Schema and OpenAPI."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 import httpx
+import pytest
 
 from auth.tokens import mint_caller_token
-from tests.ard_support import assert_valid
-
-TOOL = os.environ.get("ARD_CONFORMANCE_TOOL")
+from tests.ard_support import MISSING, TOOL, assert_valid, spec_available
 
 
 def _conformance(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=120)
+
+
+def test_ard_spec_checkout_is_present():
+    """Says, as a skip, that ARD's schema checks and conformance tool did not run (fails in CI)."""
+    if not spec_available():
+        pytest.skip(MISSING)
 
 
 def test_the_tools_probes_pass_against_capreg_serve(live_server, app, settings):
@@ -62,7 +67,7 @@ def test_the_tools_probes_pass_against_capreg_serve(live_server, app, settings):
     manifest = httpx.get(f"{base}/.well-known/ard.json", timeout=5)
     assert manifest.status_code == 200
     assert_valid("AICatalogManifest", manifest.json())
-    if TOOL:
+    if spec_available():
         for args in (
             ("registry", f"{base}/ard"),
             ("registry", f"{base}/ard", "--header", f"Authorization: Bearer {token}"),
