@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
+from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -69,12 +70,12 @@ class RequestMetrics:
     def _merged(self) -> tuple[dict[tuple[str, str, str], list], dict[str, list], dict[str, int]]:
         """Every worker's series and auth failures summed, and gauges of live workers summed (connections, ...)."""
         if self.shared_dir is None:
-            gauges = {name: [help_text, read()] for name, help_text, read in self.gauges}
+            gauges: dict[str, list] = {name: [help_text, read()] for name, help_text, read in self.gauges}
             return self._series, gauges, dict(self.auth_failures)
         with contextlib.suppress(OSError):
             self.write_snapshot()
         series: dict[tuple[str, str, str], list] = {}
-        gauges: dict[str, list] = {}
+        gauges = {}
         failures: dict[str, int] = {}
         for path in self.shared_dir.glob("worker-*.json"):
             try:
@@ -155,7 +156,7 @@ def observability_middleware(
 
     def wrap(app: ASGIApp) -> ASGIApp:
         async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] != "http":
+            if scope["type"] != ScopeType.HTTP:  # the str "http"; the enum lets mypy narrow the scope
                 await app(scope, receive, send)
                 return
             started = time.perf_counter()
