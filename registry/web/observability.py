@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
-from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -156,7 +155,7 @@ def observability_middleware(
 
     def wrap(app: ASGIApp) -> ASGIApp:
         async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] != ScopeType.HTTP:  # the str "http"; the enum lets mypy narrow the scope
+            if scope["type"] != "http":
                 await app(scope, receive, send)
                 return
             started = time.perf_counter()
@@ -187,7 +186,9 @@ def observability_middleware(
                 await (answer or app)(scope, receive, send_with_trace)
             finally:
                 path = scope.get("path_template") or "unmatched"
-                metrics.observe(scope["method"], path, status, time.perf_counter() - started)
+                # An HTTP scope (checked above): mypy narrows the scope union only by comparing with the
+                # ScopeType enum, which costs every request more than this str comparison.
+                metrics.observe(scope["method"], path, status, time.perf_counter() - started)  # type: ignore[typeddict-item]
 
         return middleware
 
