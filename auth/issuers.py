@@ -93,6 +93,7 @@ def load_external_issuers(trusted: list[TrustedIssuer]) -> dict[str, IssuerKeys]
         if issuer.jwks_file:
             document = json.loads(Path(issuer.jwks_file).read_text())
         else:
+            assert issuer.jwks_url is not None  # registry.config.trusted_issuers requires exactly one source
             response = httpx.get(issuer.jwks_url, timeout=10)
             response.raise_for_status()
             document = response.json()
@@ -125,6 +126,7 @@ class IssuerKeyRefresher:
             return
         self._last_fetch[trusted.issuer] = self.clock()
         self._next_fetch[trusted.issuer] = self.clock() + URL_MIN_SECONDS  # on failure: retry then
+        assert trusted.jwks_url is not None  # registry.config.trusted_issuers requires exactly one source
         async with httpx.AsyncClient(timeout=10) as client:
             response = await client.get(trusted.jwks_url)
         response.raise_for_status()

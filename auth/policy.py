@@ -69,13 +69,17 @@ def sees_candidates(caller: Caller | None, tenant: str) -> bool:
 
 
 class StoredVersion(Protocol):
-    """What a gate reads of a stored capability version (registry.core.records.CapabilityVersion)."""
+    """What a gate reads of a stored capability version (registry.core.records.CapabilityVersion).
+    Read-only members, so that a version keeping lists (or tuples) for the sequences conforms."""
 
-    tenant: str
-    scopes: Sequence[str]
-    data_regions: Sequence[str]
-    status: str
-
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def scopes(self) -> Sequence[str]: ...
+    @property
+    def data_regions(self) -> Sequence[str]: ...
+    @property
+    def status(self) -> str: ...
     @property
     def ref(self) -> str: ...
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -100,14 +100,19 @@ def _events_lane(events: list[AuditEvent]) -> tuple[str, ...]:
     return tuple(sorted({chain for event in events for chain in event_chains(event)}))
 
 
-class GroupCommit(BatchQueue["Write | RowInsert | list[AuditEvent]"]):
+# What the queue holds: a write run in its own savepoint (in a lane when its chains are known), a
+# row inserted with the batch's others, or audit events alone.
+Queued = Write | LaneWrite | RowInsert | list[AuditEvent]
+
+
+class GroupCommit(BatchQueue[Queued]):
     """Audited writes of concurrent requests in one transaction and one commit (the module docstring)."""
 
     def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 128, concurrency: int = 3):
         super().__init__(max_batch=max_batch, concurrency=concurrency)
         self.pool = pool
 
-    async def run(self, write: Callable[[WriteScope], Awaitable[T]], *, expected: list[AuditEvent] = ()) -> T:
+    async def run(self, write: Callable[[WriteScope], Awaitable[T]], *, expected: Sequence[AuditEvent] = ()) -> T:
         """Run `write` in the next batch; returns its result once the batch has committed. `expected`:
         the events it will record when known beforehand, so it shares a batch with the writes to the
         same chains only (else it may join any batch)."""
@@ -126,7 +131,7 @@ class GroupCommit(BatchQueue["Write | RowInsert | list[AuditEvent]"]):
         """Append audit events on their own (refusals, releases): durable when this returns."""
         await self._enqueue(list(events))  # events alone: nothing to roll back, no savepoint
 
-    def _lane(self, item) -> tuple[str, ...] | None:
+    def _lane(self, item: Queued) -> tuple[str, ...] | None:
         if isinstance(item, list):
             return _events_lane(item)
         if isinstance(item, RowInsert):
@@ -135,10 +140,10 @@ class GroupCommit(BatchQueue["Write | RowInsert | list[AuditEvent]"]):
             return item.lane
         return None
 
-    def _failed(self, exc: Exception, batch) -> None:
+    def _failed(self, exc: Exception, batch: list[tuple[Queued, asyncio.Future[Any]]]) -> None:
         log.error("group commit failed", exc_info=exc)
 
-    async def _commit(self, batch: list[tuple[Write, asyncio.Future]], attempt: int = 1) -> None:
+    async def _commit(self, batch: list[tuple[Queued, asyncio.Future[Any]]], attempt: int = 1) -> None:
         try:
             async with self.pool.acquire() as conn:
                 outcomes = await self._execute(conn, batch)
@@ -163,8 +168,10 @@ class GroupCommit(BatchQueue["Write | RowInsert | list[AuditEvent]"]):
             else:
                 future.set_exception(value)
 
-    async def _execute(self, conn: asyncpg.Connection, batch) -> list[tuple[asyncio.Future, bool, Any]]:
-        outcomes = []
+    async def _execute(
+        self, conn: asyncpg.Connection, batch: list[tuple[Queued, asyncio.Future[Any]]]
+    ) -> list[tuple[asyncio.Future[Any], bool, Any]]:
+        outcomes: list[tuple[asyncio.Future[Any], bool, Any]] = []
         events: list[AuditEvent] = []
         changes: list[tuple[str, str, str, str]] = []
         search_texts: list[str] = []

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import datetime
+from typing import Final, Literal
 
 import asyncpg
 
@@ -29,7 +30,9 @@ log = logging.getLogger("capreg.db")
 
 
 # The answer for a new instance of an agent that already has its maximum of live instances.
-INSTANCE_LIMIT = "instance_limit"
+# A literal type, so that a caller's `== INSTANCE_LIMIT` leaves a datetime.
+InstanceLimit = Literal["instance_limit"]
+INSTANCE_LIMIT: Final[InstanceLimit] = "instance_limit"
 
 
 class LeaseRenewals(BatchQueue[LeaseRenewal]):
@@ -38,7 +41,7 @@ class LeaseRenewals(BatchQueue[LeaseRenewal]):
         self.pool = pool
         self.max_instances = max_instances
 
-    async def renew(self, renewal: LeaseRenewal) -> datetime | str | None:
+    async def renew(self, renewal: LeaseRenewal) -> datetime | InstanceLimit | None:
         """The lease's new expiry once it is durable, None when the agent is not registered, or
         INSTANCE_LIMIT when it is a new instance beyond the agent's maximum (nothing written)."""
         return await self._enqueue(renewal)

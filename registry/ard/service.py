@@ -16,7 +16,7 @@ import ipaddress
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal, TypedDict, TypeVar
 from urllib.parse import urlsplit
 
 import asyncpg
@@ -198,9 +198,22 @@ SEARCH_FILTER_KEYS = (
 )
 
 
+class _SearchFields(TypedDict, total=False):
+    """The EntryFilter fields `query.filter` can set."""
+
+    types: tuple[str, ...]
+    tags: tuple[str, ...]
+    capabilities: tuple[str, ...]
+    tenants: tuple[str, ...]
+    versions: tuple[str, ...]
+    side_effect_max: int
+    regions: tuple[str, ...]
+    health: tuple[str, ...]
+
+
 def search_filter(raw: dict[str, str | list[str]] | None, publishers: Publishers) -> EntryFilter:
     """`query.filter` of search and explore: OR within a key, AND across keys; any other key is 400."""
-    fields: dict[str, object] = {}
+    fields: _SearchFields = {}
     for key, value in (raw or {}).items():
         values = _values(key, value)
         if key == "type":
@@ -248,13 +261,14 @@ def list_filter(expression: str | None, publishers: Publishers) -> EntryFilter:
         return EntryFilter()
     if len(expression) > LIST_FILTER_MAX_LENGTH:
         raise _bad("filter", f"filter is longer than {LIST_FILTER_MAX_LENGTH} characters")
-    fields: dict[str, object] = {}
+    values_of: dict[str, tuple[str, ...]] = {}  # displayName, type, publisherId
+    moments: dict[str, datetime] = {}  # updatedAfter, createdAfter
     for field, operator, value in _clauses(expression):
         if field not in LIST_FILTER_FIELDS:
             raise _bad(
                 "filter", f"unsupported filter field {field[:100]!r}; supported: {', '.join(LIST_FILTER_FIELDS)}"
             )
-        if field in fields:
+        if field in values_of or field in moments:
             raise _bad("filter", f"filter field {field!r} is given twice")
         if field in ("updatedAfter", "createdAfter"):
             if operator not in (">", "="):
@@ -265,20 +279,20 @@ def list_filter(expression: str | None, publishers: Publishers) -> EntryFilter:
                 raise _bad("filter", f"{field} must be an ISO 8601 date-time with a time zone") from None
             if moment.tzinfo is None:
                 raise _bad("filter", f"{field} must be an ISO 8601 date-time with a time zone")
-            fields[field] = moment
+            moments[field] = moment
             continue
         if operator != "=":
             raise _bad("filter", f"{field} takes '='")
         values = tuple(v.strip() for v in value.split(",") if v.strip())
         if not values:
             raise _bad("filter", f"{field} needs at least one value")
-        fields[field] = values
+        values_of[field] = values
     return EntryFilter(
-        display_name=fields.get("displayName"),  # type: ignore[arg-type]
-        types=fields.get("type"),  # type: ignore[arg-type]
-        tenants=_tenants_of(fields["publisherId"], publishers) if "publisherId" in fields else None,  # type: ignore[arg-type]
-        updated_after=fields.get("updatedAfter"),  # type: ignore[arg-type]
-        created_after=fields.get("createdAfter"),  # type: ignore[arg-type]
+        display_name=values_of.get("displayName"),
+        types=values_of.get("type"),
+        tenants=_tenants_of(values_of["publisherId"], publishers) if "publisherId" in values_of else None,
+        updated_after=moments.get("updatedAfter"),
+        created_after=moments.get("createdAfter"),
     )
 
 
@@ -351,18 +365,21 @@ def _fingerprint(*parts: object) -> str:
     return hashlib.sha256(msgspec.json.encode(parts)).hexdigest()[:16]
 
 
-def _page_key(token: str | None, kind: str, fingerprint: str, shape: object) -> tuple | None:
-    """The keyset position a page token carries: 400 for a token this registry did not issue for
-    the same question (kind, caller's view, text, filter)."""
+PageKey = TypeVar("PageKey", bound=tuple[object, ...])
+
+
+def _page_key(token: str | None, kind: str, fingerprint: str, shape: type[PageKey]) -> PageKey | None:
+    """A page token as `shape`: (kind, fingerprint, *the keyset position); 400 for a token this
+    registry did not issue for the same question (kind, caller's view, text, filter)."""
     if token is None:
         return None
     try:
-        decoded = decode_cursor(token, shape)  # type: ignore[arg-type]
+        decoded = decode_cursor(token, shape)
     except ProblemError:
         raise _bad("/pageToken", "pageToken is not one this registry issued") from None
     if decoded[0] != kind or decoded[1] != fingerprint:
         raise _bad("/pageToken", "pageToken was issued for another query")
-    return tuple(decoded[2:])
+    return decoded
 
 
 # ---------------------------------------------------------------------------
@@ -490,7 +507,8 @@ async def search(registry: Registry, ctx: ArdContext, request: SearchRequest) ->
         raise _bad("/query/text", "query.text is required (1 to 512 characters)")
     where = search_filter(request.query.filter, ctx.publishers)
     fingerprint = _fingerprint("search", ctx.viewer, text, request.query.filter)
-    after = _page_key(request.page_token, "s", fingerprint, tuple[str, str, int, str])
+    key = _page_key(request.page_token, "s", fingerprint, tuple[str, str, int, str])
+    after = key[2:] if key is not None else None
     async with _snapshot(registry) as (conn, seq, boundaries):
         plan = await text_match(conn, text)
         if plan is None:
@@ -522,7 +540,8 @@ async def search(registry: Registry, ctx: ArdContext, request: SearchRequest) ->
 
 
 def _key_of(entry: ArdEntry) -> tuple[str, str]:
-    tenant, _, agent_id = str(entry.metadata["capreg.ref"]).partition("/")  # type: ignore[index]
+    assert entry.metadata is not None  # every entry this module builds carries capreg.ref (_entry)
+    tenant, _, agent_id = str(entry.metadata["capreg.ref"]).partition("/")
     return tenant, agent_id
 
 
@@ -539,14 +558,14 @@ async def list_agents(
         raise _bad("orderBy", "entries are listed in identifier order only (orderBy=identifier)")
     where = list_filter(expression, ctx.publishers)
     fingerprint = _fingerprint("list", ctx.viewer, expression or "")
-    after = _page_key(page_token, "l", fingerprint, tuple[str, str, str])
+    key = _page_key(page_token, "l", fingerprint, tuple[str, str, str])
     async with _snapshot(registry) as (conn, seq, boundaries):
         rows = await ard_queries.identifier_page(
             conn,
             viewer_tenant=ctx.viewer,
             where=where,
             configured=ctx.publishers.configured,
-            after=after[0] if after else None,
+            after=key[2] if key is not None else None,
             limit=page_size + 1,
         )
         page = rows[:page_size]

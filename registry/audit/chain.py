@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -64,7 +64,7 @@ async def verify_stored_chain(
     conn: asyncpg.Connection,
     keys: Mapping[str, Any],
     *,
-    external: list[Checkpoint] = (),
+    external: Sequence[Checkpoint] = (),
     batch: int = 5000,
     progress: Callable[[int, int], None] | None = None,
 ) -> VerifyReport:
@@ -150,8 +150,11 @@ async def verify_stored_chain(
 
     # Every tenant's chain, from chainSeq 1, each against its head row and the heads of the signed
     # checkpoints: the latest stored one, and the stored one behind each external root.
-    signed = [covered] if stored is not None and stored["root"] is not None else []
-    rooted = [(stored["root"], stored["chains"], stored["seq"])] if signed else []
+    signed: list[list[tuple[str, int, str]]] = []
+    rooted: list[tuple[str, int | None, int]] = []  # (root, tree size, seq) of each of `signed`
+    if stored is not None and stored["root"] is not None:
+        signed.append(covered)
+        rooted.append((stored["root"], stored["chains"], stored["seq"]))
     for checkpoint in checkpoints:
         if checkpoint.root is None or (rooted and checkpoint.root == rooted[0][0]):
             continue
@@ -331,6 +334,7 @@ async def make_checkpoint(
             heads=heads_now,
         )
         stored = await checkpoint_queries.latest_checkpoint(conn)
+    assert stored is not None  # inserted just above, in this transaction
     return checkpoint_from_row(stored)
 
 
@@ -424,18 +428,18 @@ async def _check_entries(
         for record in records:
             by_chain[record.chain].append(record)
         for chain, entries in by_chain.items():
-            if entries and verifiers[chain].feed_all(entries) is not None:
-                raise ChainBroken(verifiers[chain].broken)
+            if entries and (breach := verifiers[chain].feed_all(entries)) is not None:
+                raise ChainBroken(breach)
             entries.clear()
     for chain, _, _ in ranges:
-        entries = verifiers[chain]
-        if (entries.last_chain_seq, entries.last_hash) != heads[chain]:
+        verifier = verifiers[chain]
+        if (verifier.last_chain_seq, verifier.last_hash) != heads[chain]:
             raise ChainBroken(
                 ChainBreak(
                     None,
                     "the head row does not match the chain's last entry",
                     chain=chain,
-                    chain_seq=entries.last_chain_seq + 1,
+                    chain_seq=verifier.last_chain_seq + 1,
                 )
             )
 

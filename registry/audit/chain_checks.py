@@ -16,6 +16,7 @@ the tenant's own `capreg audit verify --url` check every entry from the start).
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING
@@ -93,7 +94,7 @@ async def verify_chain(registry: Registry, caller: Caller) -> ChainVerification:
     if running is None or running.done():
         running = asyncio.ensure_future(_check(registry, chain))
         checks.running[chain] = running
-        running.add_done_callback(lambda done, chain=chain: _forget(checks, chain, done))
+        running.add_done_callback(functools.partial(_forget, checks, chain))
     answer = await asyncio.shield(running)
     checks.remember(chain, answer)
     return answer

@@ -13,7 +13,7 @@ and the signed values equal the outer ones. Checkpoints signed before chains per
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -68,7 +68,7 @@ def checkpoint_from_row(row: Mapping[str, Any]) -> Checkpoint:
     )
 
 
-def jwks_keys(jwks: Mapping[str, Any] | list[Mapping[str, Any]]) -> dict[str, Any]:
+def jwks_keys(jwks: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """kid -> public key for the EdDSA keys of a JWKS document (`{"keys": [...]}`) or key list."""
     entries = jwks.get("keys", []) if isinstance(jwks, Mapping) else jwks
     keys = {}

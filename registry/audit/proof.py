@@ -37,13 +37,13 @@ async def inclusion_proof(registry: Registry, tenant: str) -> AuditProof:
     await registry.refresh_keyring()
     row = await checkpoint_queries.latest_checkpoint(registry.pool)
     tree = await _tree(registry, row)
-    if tenant not in tree.index or row["kid"] not in registry.keyring.public:
+    if row is None or tenant not in tree.index or row["kid"] not in registry.keyring.public:
         if not await _has_entries(registry, tenant):
             raise not_found(f"tenant {tenant}'s audit chain has no entries yet")
         await sign_checkpoint_now(registry)
         row = await checkpoint_queries.latest_checkpoint(registry.pool)
         tree = await _tree(registry, row)
-        if tenant not in tree.index:
+        if row is None or tenant not in tree.index:
             raise not_found(f"tenant {tenant}'s audit chain has no entries yet")
     chain_seq, digest = tree.heads[tenant]
     return AuditProof(

@@ -130,9 +130,9 @@ def _write_state(state_file: Path, state: State) -> None:
 def _verify(http: httpx.Client, url: str, state_file: Path | None, progress) -> str:
     previous = _read_state(state_file)
     answer = http.get("/v1/audit/proof")
-    if answer.status_code == 404 and previous is None:
-        return "audit chain empty: the tenant's chain has no entries yet"
     if answer.status_code == 404:
+        if previous is None:
+            return "audit chain empty: the tenant's chain has no entries yet"
         raise Tampered(1, f"the chain has no entries, but {state_file} recorded chainSeq {previous.chain_seq}")
     try:
         proof = msgspec.json.decode(_json(answer, "GET /v1/audit/proof"), type=Proof)
@@ -150,6 +150,8 @@ def _verify(http: httpx.Client, url: str, state_file: Path | None, progress) -> 
         raise Tampered(None, f"the checkpoint is not validly signed: {exc}") from None
     if checkpoint.root is None or checkpoint.chains is None:
         raise Tampered(None, "the checkpoint signs no root")
+    if proof.chain_seq < 1:  # else no entry is checked against it, and nothing anchors the chain
+        raise Tampered(proof.chain_seq, "the signed head is before the chain's first entry (chainSeq 1)")
     leaf = merkle.leaf_hash(merkle.leaf_bytes(proof.chain, proof.chain_seq, proof.hash))
     try:
         path = [bytes.fromhex(node) for node in proof.audit_path]
@@ -161,7 +163,7 @@ def _verify(http: httpx.Client, url: str, state_file: Path | None, progress) -> 
 
     # Every entry from chainSeq 1: hashes, links, and the checkpointed head.
     verifier: EntryVerifier | None = None
-    anchor = None
+    anchor: str | None = None  # the first entry's prevHash, set with `verifier`
     at_previous = None
     with http.stream("GET", "/v1/audit/events", headers={"Accept": NDJSON}) as stream:
         if stream.status_code != 200:
@@ -189,7 +191,7 @@ def _verify(http: httpx.Client, url: str, state_file: Path | None, progress) -> 
             if progress is not None and verifier.count % 1000 == 0:
                 progress(verifier.count, proof.chain_seq)
     verified = verifier.last_chain_seq if verifier is not None else 0
-    if verified < proof.chain_seq:
+    if verifier is None or anchor is None or verified < proof.chain_seq:
         raise Tampered(
             verified + 1,
             f"the chain ends at chainSeq {verified} but the signed checkpoint covers "

@@ -14,7 +14,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from registry.client import CapregError, Registry
 from registry.client.results import Result
@@ -69,6 +69,9 @@ def _to_terminal() -> bool:
     return sys.stdout.isatty()
 
 
+R = TypeVar("R", bound=Result)
+
+
 class Rows:
     """A table's title, columns and rows: a rich table on a terminal, plain rows otherwise."""
 
@@ -95,7 +98,7 @@ def print_plain(columns: list[str], rows: Iterable[list[Any]]) -> None:
         print("\t".join(_plain_cell(value) for value in row))
 
 
-def _emit(args: argparse.Namespace, items: Iterable[Result], table: Callable[[list[Result]], Rows]) -> int:
+def _emit(args: argparse.Namespace, items: Iterable[R], table: Callable[[list[R]], Rows]) -> int:
     """Items as NDJSON (streamed), JSON, a table on a terminal, or plain rows."""
     if getattr(args, "ndjson", False):
         for item in items:
@@ -421,6 +424,10 @@ def replay(registry: Registry, args: argparse.Namespace) -> int:
     return 0 if verdict.passed else 1
 
 
+@overload
+def _read_value(value: str) -> str: ...
+@overload
+def _read_value(value: None) -> None: ...
 def _read_value(value: str | None) -> str | None:
     """`-` reads the value from stdin (a ticket is long and secret: keep it off the command line)."""
     if value == "-":

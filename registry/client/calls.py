@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import msgspec
@@ -110,6 +110,7 @@ class Call:
         return replace(self, params=[(k, v) for k, v in self.params if k != name] + [(name, value)])
 
 
+T = TypeVar("T")
 _encoder = msgspec.json.Encoder()
 
 
@@ -117,7 +118,7 @@ def _json(value: Any) -> bytes:
     return _encoder.encode(value)
 
 
-def _decoding(type_: type) -> Callable[[int, bytes], Any]:
+def _decoding(type_: type[T]) -> Callable[[int, bytes], T]:
     decoder = msgspec.json.Decoder(type_)
     return lambda status, body: decoder.decode(body)
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import httpx
-from a2a.client import ClientConfig, ClientFactory
+from a2a.client import ClientCallInterceptor, ClientConfig, ClientFactory
 from a2a.client.auth import AuthInterceptor
 from a2a.helpers.proto_helpers import get_data_parts, new_data_message
 from a2a.types import (
@@ -148,7 +148,7 @@ async def run_fixtures(
     CredentialService such as registry.client.a2a.TicketCredentials) is presented as a bearer token."""
     results = []
     async with httpx.AsyncClient(timeout=timeout) as http:
-        interceptors = [AuthInterceptor(credentials)] if credentials is not None else []
+        interceptors: list[ClientCallInterceptor] = [AuthInterceptor(credentials)] if credentials is not None else []
         client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(
             target_card(instance_url, with_ticket=credentials is not None), interceptors=interceptors
         )

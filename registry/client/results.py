@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import unicodedata
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import urlsplit
 
 import msgspec
@@ -73,7 +73,7 @@ class Endpoints(Result):
     instance_count: int | None = None
 
 
-def callable_url(url: object) -> bool:
+def callable_url(url: object) -> TypeGuard[str]:
     """Whether `url` is an absolute http(s) URL with a host and nothing a caller could be tricked by
     (blanks, control or bidi characters, backslashes, user info). Whatever a registry answers, only
     such URLs are offered to call."""

@@ -127,19 +127,19 @@ def registration_payload(body: bytes | dict[str, Any]) -> bytes:
     return rfc8785.dumps(value)
 
 
-def _algorithm(private_key: Any) -> str:
+def _publisher_key(private_key: object) -> tuple[Ed25519PrivateKey | ec.EllipticCurvePrivateKey, str]:
+    """`private_key` and the JWS algorithm it signs with; ValueError for any other kind of key."""
     if isinstance(private_key, Ed25519PrivateKey):
-        return "EdDSA"
+        return private_key, "EdDSA"
     if isinstance(private_key, ec.EllipticCurvePrivateKey) and isinstance(private_key.curve, ec.SECP256R1):
-        return "ES256"
+        return private_key, "ES256"
     raise ValueError("a publisher key is an Ed25519 or a P-256 private key")
 
 
 def sign_registration(body: bytes | dict[str, Any], private_key_pem: bytes, kid: str) -> dict[str, Any]:
     """The registration body with one publisher signature (replacing any): a detached JWS over
     `registration_payload(body)` with `alg` and `kid` in its protected header."""
-    private_key = serialization.load_pem_private_key(private_key_pem, password=None)
-    algorithm = _algorithm(private_key)
+    private_key, algorithm = _publisher_key(serialization.load_pem_private_key(private_key_pem, password=None))
     value = msgspec.json.decode(body) if isinstance(body, bytes | str) else dict(body)
     payload = registration_payload(value)
     compact = jwt.api_jws.encode(payload, private_key, algorithm=algorithm, headers={"kid": kid, "typ": "JOSE"})

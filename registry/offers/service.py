@@ -141,7 +141,7 @@ def parse_request(body: OfferRequest, *, max_ttl: int) -> int | None:
                 _ticket_request(body.ticket, "placeholder/agent", "placeholder", "1.0.0", max_ttl), max_ttl=max_ttl
             )
         except ProblemError as error:
-            error.errors = [ErrorItem(path="/ticket" + e.path, message=e.message) for e in error.errors or []]
+            error.errors = [ErrorItem(path="/ticket" + (e.path or ""), message=e.message) for e in error.errors or []]
             raise
     return rank
 

@@ -114,9 +114,10 @@ def _matching_brace(text: str, start: int) -> int | None:
         char = found.group()
         position = found.end()
         if char == '"':
-            position = _string_end(text, position)
-            if position is None:
+            string_end = _string_end(text, position)
+            if string_end is None:
                 return None
+            position = string_end
         elif char in "{[":
             depth += 1
             if depth > MAX_DEPTH:

@@ -75,6 +75,7 @@ async def decide(
     if refusal is not None and refusal.code == NOT_FOUND_CODE:
         # Recorded for the caller's own tenant's auditors; the event names no approval it may not know of.
         raise await refuse(registry, caller, refused(refusal), event_type=DECIDED, tenant=None, trace_id=trace_id)
+    assert approval is not None  # a missing approval is the policy's not_found, refused above
     if refusal is not None:
         raise await refuse(
             registry,
@@ -117,10 +118,12 @@ async def read(registry: Registry, caller: Caller, approval_id: str, *, trace_id
     """An approval as its requester or an admin of the capability's tenant sees it; the requester's
     first read after approval collects the ticket."""
     approval = await approval_queries.get_approval(registry.pool, approval_id)
-    refusal = check_approval_reader(caller, parties_of(approval))
+    parties = parties_of(approval)
+    refusal = check_approval_reader(caller, parties)
     if refusal is not None:  # 404 to anyone else: recorded for the caller's own tenant's auditors
         raise await refuse(registry, caller, refused(refusal), event_type=REFUSED, tenant=None, trace_id=trace_id)
-    if not parties_of(approval).requested_by(caller) or approval["status"] != "approved":
+    assert approval is not None and parties is not None  # a missing approval is the policy's not_found
+    if not parties.requested_by(caller) or approval["status"] != "approved":
         return approval_view(approval)
     # Collect: the ticket is minted now, for the version that was approved, with every check re-run
     # (the parent may have been revoked, the version retired, the requester's scopes changed).

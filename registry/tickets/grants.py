@@ -106,8 +106,10 @@ def _grant_cursor(grant: Grant, order: GrantOrder) -> str:
 
 def _grant_position(cursor: str, order: GrantOrder = "issued") -> tuple[datetime, str]:
     """The (sort key, jti) a cursor of `order` resumes after; 400 for any other string."""
-    shape = tuple[datetime, str] if order == "issued" else tuple[datetime, str, Literal["expiry"]]
-    at, jti, *_ = decode_cursor(cursor, shape)
+    if order == "issued":
+        at, jti = decode_cursor(cursor, tuple[datetime, str])
+    else:
+        at, jti, _ = decode_cursor(cursor, tuple[datetime, str, Literal["expiry"]])
     if at.tzinfo is None or not _JTI.match(jti):
         raise invalid_request(
             "cursor is not one this registry issued", [ErrorItem(path="cursor", message="invalid cursor")]

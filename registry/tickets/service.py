@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict
 
 import jwt
 import msgspec
@@ -281,6 +281,17 @@ async def resolve_target(registry: Registry, caller: Caller, req: TicketRequest)
     )
 
 
+class DenialContext(TypedDict):
+    """What a refused ticket request's audit event says besides the error (registry.core.refusals.refuse)."""
+
+    event_type: str
+    tenant: str
+    ref: str
+    scopes: list[str]
+    on_behalf_of: str | None
+    trace_id: str | None
+
+
 async def evaluate(
     registry: Registry, caller: Caller, req: TicketRequest, parent_token: str | None, *, trace_id: str | None
 ) -> Plan:
@@ -288,7 +299,7 @@ async def evaluate(
     now = int(time.time())
     tenant, _, agent_id = req.audience.partition("/")  # validated: `tenant/agentId`
     requested_ref = capability_ref(tenant, agent_id, req.skill, req.version)
-    context = dict(
+    context = DenialContext(
         event_type=DENIED,
         tenant=tenant,
         ref=requested_ref,
@@ -300,7 +311,7 @@ async def evaluate(
         target = await resolve_target(registry, caller, req)
     except ProblemError as error:
         raise await refuse(registry, caller, error, **context) from None
-    context.update(tenant=target.tenant, ref=target.ref)
+    context["tenant"], context["ref"] = target.tenant, target.ref
 
     if parent_token is None:
         refusal = check_first_ticket(caller, req, target.scopes)
@@ -372,7 +383,7 @@ def planned_length(registry: Registry, plan: Plan) -> int:
     return encoded_ticket_length(claims, kid=registry.keyring.signing_kid or "")
 
 
-async def _within_size(registry: Registry, plan: Plan, context: dict) -> Plan:
+async def _within_size(registry: Registry, plan: Plan, context: DenialContext) -> Plan:
     """`plan`, unless its ticket would be over MAX_TICKET_LENGTH: then refused and audited as a
     denial (reason `ticket_too_large`) before anything is signed, stored or sent for approval."""
     length = planned_length(registry, plan)
@@ -666,6 +677,7 @@ async def revoke(registry: Registry, caller: Caller, jti: str, *, trace_id: str 
     if refusal is not None and refusal.code == NOT_FOUND_CODE:
         # Recorded for the caller's own tenant's auditors; the event names no ticket it may not know of.
         raise await refuse(registry, caller, refused(refusal), event_type=REVOKED, tenant=None, trace_id=trace_id)
+    assert ticket is not None  # a missing ticket is the policy's not_found, refused above
     if refusal is not None:
         raise await refuse(
             registry,

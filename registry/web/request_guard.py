@@ -30,27 +30,28 @@ from registry.web.authentication import optional_caller
 T = TypeVar("T")
 
 
-def _unstorable_part(scope: Scope) -> ErrorItem | None:
-    """Where in the request line or headers an unstorable value is, if anywhere."""
+def _unstorable_part(scope: Scope) -> tuple[str, str] | None:
+    """Where in the request line or headers an unstorable value is, if anywhere, and what it is."""
     if unstorable(scope["path"]):
-        return ErrorItem(path="path", message="the path contains a character that cannot be stored (NUL)")
+        return "path", "the path contains a character that cannot be stored (NUL)"
     query = scope.get("query_string") or b""
     if b"%00" in query and b"\x00" in unquote_to_bytes(query):
-        return ErrorItem(path="query", message="the query contains a character that cannot be stored (NUL)")
+        return "query", "the query contains a character that cannot be stored (NUL)"
     for name, value in scope["headers"]:
         if b"\x00" in value:
-            return ErrorItem(path=f"header:{name.decode('latin-1')}", message="the header contains a NUL character")
+            return f"header:{name.decode('latin-1')}", "the header contains a NUL character"
     return None
 
 
-async def refuse_unstorable(request: Request, item: ErrorItem) -> ProblemError:
-    """The 400 for an unstorable value; audited (escaped) when the caller is authenticated."""
+async def refuse_unstorable(request: Request, path: str, message: str) -> ProblemError:
+    """The 400 for an unstorable value at `path`; audited (escaped) when the caller is authenticated."""
+    item = ErrorItem(path=path, message=message)
     error = invalid_request("the request contains a value that cannot be stored", [item])
     try:
         caller = await optional_caller(request)
     except ProblemError:
         caller = None
-    error = await refuse_request(request, caller, error, reason=f"invalid_request: {escaped(item.path)}"[:512])
+    error = await refuse_request(request, caller, error, reason=f"invalid_request: {escaped(path)}"[:512])
     error.audited = True  # type: ignore[attr-defined]  # anonymous: nothing to record, nor later
     return error
 
@@ -59,13 +60,14 @@ def unstorable_screen(scope: Scope) -> ASGIApp | None:
     """None when the path, query and headers of an HTTP request hold no unstorable value; else the
     ASGI app that answers its 400 (audited as refuse_unstorable says). For the one outer middleware
     to run in its own pass (registry.web.observability) when no layer must come between them."""
-    item = _unstorable_part(scope)
-    if item is None:
+    part = _unstorable_part(scope)
+    if part is None:
         return None
+    path, message = part
 
     async def answer(scope: Scope, receive: Receive, send: Send) -> None:
         request: Request = Request(scope, receive)
-        await send_problem(scope, send, await refuse_unstorable(request, item))
+        await send_problem(scope, send, await refuse_unstorable(request, path, message))
 
     return answer
 
@@ -106,9 +108,7 @@ async def read_body(request: Request, type_: type[T]) -> T:
     if b"\\u0000" in raw:
         pointer = unstorable_pointer(msgspec.json.decode(raw))
         if pointer is not None:
-            raise await refuse_unstorable(
-                request, ErrorItem(path=pointer, message="a string contains a character that cannot be stored (NUL)")
-            )
+            raise await refuse_unstorable(request, pointer, "a string contains a character that cannot be stored (NUL)")
     return value
 
 
@@ -119,5 +119,6 @@ def body_schema(type_: type[Any]) -> dict[str, Provide]:
     async def declare(data: Any) -> None:
         """Never called."""
 
-    declare.__annotations__ = {"data": JSONBody[type_], "return": None}
+    # An annotation made at run time, for litestar to read: no static type to check.
+    declare.__annotations__ = {"data": JSONBody[type_], "return": None}  # type: ignore[valid-type, misc]
     return {f"{type_.__name__.lower()}_body": Provide(declare)}
