@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import msgspec
 
 from auth.identifiers import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN
+from auth.predicates import Field, Param, Rule, all_of, any_of, eq, is_null, le, member, ne
 from auth.principal import Caller
 
 # Re-delegation depth is bounded so that actor chains (nested `act` claims) stay small.
@@ -45,16 +46,42 @@ _SKILL_ID = re.compile(SKILL_ID_PATTERN)
 
 
 # ---------------------------------------------------------------------------
-# Visibility (docs/api.md#visibility)
+# Visibility and what is in force (docs/api.md#visibility, #version-selection): rules over one row,
+# each defined once here and read two ways (auth.predicates): tested in Python on rows already read
+# and rendered by db/ as the SQL condition of every query that lists rows.
+
+# The viewer's tenant (None: anonymous) and the moment decided at: the app's clock, which every
+# query is given as a bound parameter, so that SQL and Python decide by one clock.
+VIEWER = Param("viewer", "text")
+NOW = Param("now", "timestamptz")
+
+# Who may know a record exists, on the agent's row (visibility is per agent): public records to
+# anyone, the others to their own tenant and the tenants they are shared with.
+VISIBLE = Rule(
+    any_of(
+        eq(Field("visibility"), "public"),
+        eq(Field("tenant"), VIEWER),
+        member(VIEWER, Field("shared_with")),
+    )
+)
+
+# A capability version in force now (discovery, cards, `latest` and ranges show only these): not
+# withdrawn (retired, or a candidate waiting for its replay, docs/api.md#the-replay-gate) and
+# effective (no `effectiveAt`, or one not in the future). A sunset date passing changes nothing: a
+# deprecated version is in force until it is retired.
+_NOT_WITHDRAWN = all_of(ne(Field("status"), "retired"), ne(Field("status"), "candidate"))
+_EFFECTIVE = any_of(is_null(Field("effective_at")), le(Field("effective_at"), NOW))
+NOT_WITHDRAWN = Rule(_NOT_WITHDRAWN)
+EFFECTIVE = Rule(_EFFECTIVE)
+IN_FORCE = Rule(all_of(_NOT_WITHDRAWN, _EFFECTIVE))
 
 
 def can_see(caller: Caller | None, *, tenant: str, visibility: str, shared_with: Sequence[str]) -> bool:
-    """Whether `caller` may know the record exists; None is an anonymous caller, who sees only public records."""
-    if visibility == "public":
-        return True
-    if caller is None:
-        return False
-    return caller.tenant == tenant or caller.tenant in shared_with
+    """Whether `caller` may know the record exists (VISIBLE); None is an anonymous caller, who sees only public records."""
+    return VISIBLE.holds(
+        {"tenant": tenant, "visibility": visibility, "shared_with": shared_with},
+        viewer=None if caller is None else caller.tenant,
+    )
 
 
 def sees_candidates(caller: Caller | None, tenant: str) -> bool:
@@ -164,10 +191,15 @@ def decide_release(caller: Caller | None, cap: CapabilityGate, *, exact_version:
     version (`latest`, a range) does not exist for the caller: ranges skip
     retired versions, so it is NOT_FOUND rather than 410.
     """
-    if caller is None:
+    if caller is None or not VISIBLE.holds(cap, viewer=caller.tenant):
         return NOT_FOUND
-    if not can_see(caller, tenant=cap.tenant, visibility=cap.visibility, shared_with=cap.shared_with):
-        return NOT_FOUND
+    return decide_release_of_visible(caller, cap, exact_version=exact_version)
+
+
+def decide_release_of_visible(caller: Caller, cap: CapabilityGate, *, exact_version: bool) -> Refusal | None:
+    """`decide_release` after its first check, for a version of an agent the request already found
+    visible to `caller` (the extended card: the agent is decided once, then each of its skills), so
+    that one request decides visibility once."""
     if cap.status == "candidate" and not sees_candidates(caller, cap.tenant):
         return NOT_FOUND
     if cap.status == "retired":

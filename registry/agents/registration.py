@@ -7,6 +7,7 @@ it in a worker process (registry.core.bounded_work); `apply_registration` writes
 from __future__ import annotations
 
 import hashlib
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -393,7 +394,7 @@ async def apply_registration(
         row["status"] = "candidate" if candidate else "active"
         row["baseline"] = candidate.baseline if candidate else None
         rows.append(row)
-    await capability_queries.insert_versions(conn, rows)
+    await capability_queries.insert_versions(conn, rows, now=datetime.now(UTC))
     scope.index_words(*(row["search_text"] for row in rows))
     for skill in new_skills:
         version_ref = capability_ref(tenant, agent_id, skill.skill.id, skill.skill.version)

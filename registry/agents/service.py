@@ -136,10 +136,11 @@ async def agent_view_entry(registry: Registry, tenant: str, agent_id: str) -> Ca
     entry = registry.responses.get(key, registry.watcher.cache_seq(), time.monotonic())
     if entry is not None:
         return entry
+    now = datetime.now(UTC)
     async with registry.pool.acquire() as conn:
-        seq, next_effective = await capability_queries.snapshot_bounds(conn)
+        seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
         agent = await agent_queries.get_agent(conn, tenant, agent_id)
-        skills = await capability_queries.latest_per_skill(conn, tenant, agent_id) if agent else []
+        skills = await capability_queries.latest_per_skill(conn, tenant, agent_id, now=now) if agent else []
     if agent is None:
         return None
     body = msgspec.json.encode(agent_view(agent, skills))
@@ -148,7 +149,7 @@ async def agent_view_entry(registry: Registry, tenant: str, agent_id: str) -> Ca
         body=body,
         etag=etag_of(body),
         seq=seq,
-        expires=expiry(time.monotonic(), datetime.now(UTC), [next_effective, first_lapse]),
+        expires=expiry(time.monotonic(), now, [next_effective, first_lapse]),
         extra=(agent["visibility"], tuple(agent["shared_with"])),
     )
     registry.responses.put(key, entry, registry.watcher.cache_seq())
@@ -185,10 +186,13 @@ async def public_card_entry(
     key = ("agent-card", base_url, jku)
     entry = registry.responses.get(key, registry.watcher.cache_seq(), time.monotonic())
     if entry is None:
+        now = datetime.now(UTC)
         async with registry.pool.acquire() as conn:
-            seq, next_effective = await capability_queries.snapshot_bounds(conn)
+            seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
             agent = await agent_queries.get_agent(conn, tenant, agent_id)
-            rows = await capability_queries.latest_per_skill(conn, tenant, agent_id, detail=True) if agent else []
+            rows = (
+                await capability_queries.latest_per_skill(conn, tenant, agent_id, now=now, detail=True) if agent else []
+            )
         if agent is None:
             return None
         card = public_agent_card(agent["card"], [capability_version(row) for row in rows], base_url=base_url)
@@ -198,7 +202,7 @@ async def public_card_entry(
             body=body,
             etag=etag_of(body),
             seq=seq,
-            expires=expiry(time.monotonic(), datetime.now(UTC), [next_effective]),
+            expires=expiry(time.monotonic(), now, [next_effective]),
             extra=(agent["visibility"], tuple(agent["shared_with"])),
         )
         registry.responses.put(key, entry, registry.watcher.cache_seq())

@@ -1,0 +1,224 @@
+"""Rules over one stored row, written once and read two ways: tested in Python on rows already read,
+and rendered as the SQL condition of the queries that list them (issue 19: a rule spelt once in SQL
+and once in Python drifts). auth.policy defines the rules (who may see a record, which version is
+in force); db/ renders them into its queries; nothing here reads a row, a clock or a database.
+
+A rule is a small expression: comparisons of a row's fields with constants and with named
+parameters (`VIEWER`, `NOW`; `<` and `<=` for times and numbers only: text order is the database's
+collation in SQL and code points in Python), membership in an array field, `IS NULL`, and `all_of`/`any_of`. There
+is no negation, so both readings agree on missing values: in SQL a comparison with NULL is unknown,
+which a WHERE clause (or `all_of`/`any_of` of such) treats as false; in Python a comparison with
+None is false. A parameter whose value is None (an anonymous viewer) is folded out when rendering,
+so the planner never sees a `NULL` comparison it cannot prove false.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+import msgspec
+
+CompareOp = Literal["=", "<>", "<=", "<"]
+_PYTHON_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "=": operator.eq,
+    "<>": operator.ne,
+    "<=": operator.le,
+    "<": operator.lt,
+}
+
+
+class Field(msgspec.Struct, frozen=True):
+    """A column of the row (`alias.name` in SQL; `row[name]` or `row.name` in Python)."""
+
+    name: str
+
+
+class Param(msgspec.Struct, frozen=True):
+    """A value given with each use: the viewer's tenant, the moment `now`. `sql_type` is its SQL cast."""
+
+    name: str
+    sql_type: str
+
+
+Operand = Field | Param | str
+
+
+class Compare(msgspec.Struct, frozen=True):
+    op: CompareOp
+    left: Operand
+    right: Operand
+
+
+class Member(msgspec.Struct, frozen=True):
+    """`item` is one of the array field `array` (SQL `item = ANY (array)`)."""
+
+    item: Operand
+    array: Field
+
+
+class IsNull(msgspec.Struct, frozen=True):
+    operand: Field
+
+
+class AllOf(msgspec.Struct, frozen=True):
+    parts: tuple[Expr, ...]
+
+
+class AnyOf(msgspec.Struct, frozen=True):
+    parts: tuple[Expr, ...]
+
+
+Expr = Compare | Member | IsNull | AllOf | AnyOf
+
+
+def eq(left: Operand, right: Operand) -> Compare:
+    return Compare("=", left, right)
+
+
+def ne(left: Operand, right: Operand) -> Compare:
+    return Compare("<>", left, right)
+
+
+def le(left: Operand, right: Operand) -> Compare:
+    return Compare("<=", left, right)
+
+
+def lt(left: Operand, right: Operand) -> Compare:
+    return Compare("<", left, right)
+
+
+def all_of(*parts: Expr) -> AllOf:
+    return AllOf(parts)
+
+
+def any_of(*parts: Expr) -> AnyOf:
+    return AnyOf(parts)
+
+
+# --- Python ----------------------------------------------------------------------------------------
+
+Row = Any  # a Mapping (asyncpg.Record, dict) or an object with the fields as attributes (a Struct)
+Values = Mapping[str, Any]
+
+
+def _reader(operand: Operand) -> Callable[[Row, Values], Any]:
+    if isinstance(operand, Field):
+        name = operand.name
+
+        def field(row: Row, _: Values) -> Any:
+            return getattr(row, name) if isinstance(row, msgspec.Struct) or not hasattr(row, "keys") else row[name]
+
+        return field
+    if isinstance(operand, Param):
+        key = operand.name
+        return lambda _, values: values[key]
+    constant = operand
+    return lambda _, __: constant
+
+
+def _tester(expr: Expr) -> Callable[[Row, Values], bool]:
+    if isinstance(expr, Compare):
+        left, right, compare = _reader(expr.left), _reader(expr.right), _PYTHON_OPS[expr.op]
+
+        def comparison(row: Row, values: Values) -> bool:
+            a, b = left(row, values), right(row, values)
+            return a is not None and b is not None and compare(a, b)
+
+        return comparison
+    if isinstance(expr, Member):
+        item, array = _reader(expr.item), _reader(expr.array)
+
+        def membership(row: Row, values: Values) -> bool:
+            value, values_of = item(row, values), array(row, values)
+            return value is not None and values_of is not None and value in values_of
+
+        return membership
+    if isinstance(expr, IsNull):
+        operand = _reader(expr.operand)
+        return lambda row, values: operand(row, values) is None
+    tests = [_tester(part) for part in expr.parts]
+    if isinstance(expr, AllOf):
+        return lambda row, values: all(test(row, values) for test in tests)
+    return lambda row, values: any(test(row, values) for test in tests)
+
+
+# --- SQL -------------------------------------------------------------------------------------------
+
+_TRUE, _FALSE = "true", "false"
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _render(expr: Expr, alias: str, placeholders: Mapping[str, str | None]) -> str:
+    def operand(o: Operand) -> str | None:
+        if isinstance(o, Field):
+            return f"{alias}.{o.name}"
+        if isinstance(o, Param):
+            placeholder = placeholders[o.name]
+            return None if placeholder is None else f"{placeholder}::{o.sql_type}"
+        return _literal(o)
+
+    if isinstance(expr, Compare):
+        left, right = operand(expr.left), operand(expr.right)
+        return _FALSE if left is None or right is None else f"{left} {expr.op} {right}"
+    if isinstance(expr, Member):
+        item = operand(expr.item)
+        return _FALSE if item is None else f"{item} = ANY ({operand(expr.array)})"
+    if isinstance(expr, IsNull):
+        return f"{operand(expr.operand)} IS NULL"
+    parts = [_render(part, alias, placeholders) for part in expr.parts]
+    if isinstance(expr, AllOf):
+        if _FALSE in parts:
+            return _FALSE
+        kept = [p for p in parts if p != _TRUE]
+        return "(" + " AND ".join(kept) + ")" if kept else _TRUE
+    if _TRUE in parts:
+        return _TRUE
+    kept = [p for p in parts if p != _FALSE]
+    return "(" + " OR ".join(kept) + ")" if kept else _FALSE
+
+
+def _params_of(expr: Expr) -> set[str]:
+    if isinstance(expr, Compare):
+        return {o.name for o in (expr.left, expr.right) if isinstance(o, Param)}
+    if isinstance(expr, Member):
+        return {expr.item.name} if isinstance(expr.item, Param) else set()
+    if isinstance(expr, IsNull):
+        return set()
+    return set().union(*(_params_of(part) for part in expr.parts))
+
+
+class Rule:
+    """One rule over one row, with its two readings generated from `expr`."""
+
+    def __init__(self, expr: Expr) -> None:
+        self.expr = expr
+        self.params = frozenset(_params_of(expr))
+        self._test = _tester(expr)
+
+    def holds(self, row: Row, **values: Any) -> bool:
+        """Whether `row` satisfies the rule, given every parameter's value (None: absent, e.g. anonymous)."""
+        if values.keys() != self.params:
+            raise TypeError(f"the rule takes exactly the parameters {sorted(self.params)}, not {sorted(values)}")
+        return self._test(row, values)
+
+    def sql(self, alias: str, **placeholders: str | None) -> str:
+        """The SQL condition on row `alias`, each parameter given as its bound placeholder (`$3`), or
+        None when its value is None (the parts needing it are then false, as in SQL, and folded away;
+        with a rule of two parameters, a part holding the other may then go too, and its placeholder
+        with it: bind a value only for a rule that still names it)."""
+        if placeholders.keys() != self.params:
+            raise TypeError(f"the rule takes exactly the parameters {sorted(self.params)}, not {sorted(placeholders)}")
+        return _render(self.expr, alias, placeholders)
+
+
+def member(item: Operand, array: Field) -> Member:
+    return Member(item, array)
+
+
+def is_null(operand: Field) -> IsNull:
+    return IsNull(operand)
