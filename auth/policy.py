@@ -21,7 +21,21 @@ from typing import Any, Protocol
 import msgspec
 
 from auth.identifiers import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN
-from auth.predicates import Field, Param, Rule, all_of, any_of, eq, is_null, le, member, ne
+from auth.predicates import (
+    Field,
+    Order,
+    Param,
+    Rule,
+    all_of,
+    any_of,
+    ascending,
+    descending,
+    eq,
+    is_null,
+    le,
+    member,
+    ne,
+)
 from auth.principal import Caller
 
 # Re-delegation depth is bounded so that actor chains (nested `act` claims) stay small.
@@ -74,6 +88,17 @@ _EFFECTIVE = any_of(is_null(Field("effective_at")), le(Field("effective_at"), NO
 NOT_WITHDRAWN = Rule(_NOT_WITHDRAWN)
 EFFECTIVE = Rule(_EFFECTIVE)
 IN_FORCE = Rule(all_of(_NOT_WITHDRAWN, _EFFECTIVE))
+
+# The latest version of a skill is its first version in force in this order (`latest`, discovery's
+# `versions=latest`, cards): releases before pre-releases, then the highest precedence
+# (`version_key`, registry.versions.semver.Version.sort_key, a C-collated column), then, among builds
+# of one precedence (`1.0.0+a`, `1.0.0+b`), the version text bytewise, so exactly one is latest. A
+# pre-release is latest only while its skill has no release in force.
+LATEST_ORDER = Order(
+    ascending(Field("prerelease")),
+    descending(Field("version_key")),
+    descending(Field("version"), bytewise=True),
+)
 
 
 def can_see(caller: Caller | None, *, tenant: str, visibility: str, shared_with: Sequence[str]) -> bool:

@@ -15,7 +15,7 @@ so the planner never sees a `NULL` comparison it cannot prove false.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import msgspec
@@ -222,3 +222,65 @@ def member(item: Operand, array: Field) -> Member:
 
 def is_null(operand: Field) -> IsNull:
     return IsNull(operand)
+
+
+# --- Orders ----------------------------------------------------------------------------------------
+
+
+class OrderKey(msgspec.Struct, frozen=True):
+    """One key of an order. Text compares bytewise in both readings: its column is declared
+    `COLLATE "C"`, or `bytewise` says so in the query. Keys are never NULL."""
+
+    field: Field
+    descending: bool = False
+    bytewise: bool = False
+
+
+def ascending(field: Field) -> OrderKey:
+    return OrderKey(field)
+
+
+def descending(field: Field, *, bytewise: bool = False) -> OrderKey:
+    return OrderKey(field, descending=True, bytewise=bytewise)
+
+
+class Order:
+    """An order of rows, read two ways: an SQL `ORDER BY` list, and the first row of a list in Python."""
+
+    def __init__(self, *keys: OrderKey) -> None:
+        self.keys = keys
+        self._readers = [(_reader(key.field), key.descending) for key in keys]
+
+    def sql(self, alias: str) -> str:
+        return ", ".join(
+            f"{alias}.{key.field.name}" + (' COLLATE "C"' if key.bytewise else "") + (" DESC" if key.descending else "")
+            for key in self.keys
+        )
+
+    def before_sql(self, a: str, b: str) -> str:
+        """The SQL condition: row `a` comes strictly before row `b` in this order."""
+
+        def term(alias: str, key: OrderKey) -> str:
+            return f"{alias}.{key.field.name}" + (' COLLATE "C"' if key.bytewise else "")
+
+        parts = []
+        for i, key in enumerate(self.keys):
+            ties = [f"{term(a, k)} = {term(b, k)}" for k in self.keys[:i]]
+            ties.append(f"{term(a, key)} {'>' if key.descending else '<'} {term(b, key)}")
+            parts.append(ties[0] if len(ties) == 1 else "(" + " AND ".join(ties) + ")")
+        return "(" + " OR ".join(parts) + ")"
+
+    def _before(self, a: Row, b: Row) -> bool:
+        for read, desc in self._readers:
+            x, y = read(a, {}), read(b, {})
+            if x != y:
+                return x > y if desc else x < y
+        return False
+
+    def first(self, rows: Iterable[Row]) -> Row | None:
+        """The row that comes first in this order (None for no rows)."""
+        best = None
+        for row in rows:
+            if best is None or self._before(row, best):
+                best = row
+        return best

@@ -9,6 +9,7 @@ from typing import Any
 import asyncpg
 
 from auth.policy import IN_FORCE as IN_FORCE_RULE
+from auth.policy import LATEST_ORDER as LATEST_ORDER_RULE
 from auth.policy import NOT_WITHDRAWN as NOT_WITHDRAWN_RULE
 from auth.policy import VISIBLE
 from db.agents import HEALTH_SQL, LIVE_INSTANCES_SQL, lock_agent
@@ -27,11 +28,9 @@ DETAIL_COLUMNS = (
 # Discovery, cards, `latest` and ranges show what is in force now (auth.policy.IN_FORCE, the one
 # definition, rendered here), by the app's clock: every query is given its `now` as a bound
 # parameter, the moment the same request decides by in Python (release decides cached rows).
-# Precedence among a skill's versions: releases before pre-releases, then the highest first. The
-# latest version of a skill is its first in-force version in this order (`versions=latest`).
-# Builds of one precedence (`1.0.0+a`, `1.0.0+b`) share a version_key: the version text breaks the
-# tie, so exactly one version is latest and every path names the same one.
-LATEST_ORDER = 'c.prerelease, c.version_key DESC, c.version COLLATE "C" DESC'
+# Precedence among a skill's versions (auth.policy.LATEST_ORDER, rendered): the latest version of a
+# skill is its first in-force version in this order, and every path names the same one.
+LATEST_ORDER = LATEST_ORDER_RULE.sql("c")
 # When the agent's lease figures would next change by themselves: its first live lease lapsing
 # (liveInstances drops; health flips at the last one). Cached pages end there. Leases are timed by
 # the database's clock (heartbeats set expires_at from now()), not the app's.
@@ -80,10 +79,7 @@ def latest_in_force(alias: str, now: str) -> str:
              OR NOT EXISTS (SELECT 1 FROM capability_versions {n}
                              WHERE {n}.tenant = {alias}.tenant AND {n}.agent_id = {alias}.agent_id
                                AND {n}.skill_id = {alias}.skill_id AND {n}.latest AND {in_force(n, now)}
-                               AND ({n}.prerelease < {alias}.prerelease
-                                    OR ({n}.prerelease = {alias}.prerelease AND {n}.version_key > {alias}.version_key)
-                                    OR ({n}.prerelease = {alias}.prerelease AND {n}.version_key = {alias}.version_key
-                                        AND {n}.version COLLATE "C" > {alias}.version COLLATE "C")))))"""
+                               AND {LATEST_ORDER_RULE.before_sql(n, alias)})))"""
 
 
 def _refresh_latest_sql(keys: str, settled: str) -> str:

@@ -9,8 +9,8 @@ The version choice, shapes and events below are pure functions over stored rows 
 `CapabilityVersion`s: no I/O and no clock (callers pass `now`); only `release` reads and writes.
 
 Decisions docs/api.md#version-selection and #release-audit record:
-- `latest` is the version discovery shows as latest: the newest in-force release, or the newest
-  in-force pre-release when a skill has no release yet. Ranges follow `registry.versions.semver`
+- `latest` is the version discovery shows as latest: the first in force in auth.policy.LATEST_ORDER
+  (the newest in-force release, or the newest in-force pre-release while a skill has no release). Ranges follow `registry.versions.semver`
   (npm semantics: pre-releases only when the range names one of the same core).
 - An exact version not yet effective (`effectiveAt` in the future) does not exist yet: 404.
 - Every audit event names the path's tenant as `tenant` (the record's owner sees probes of its
@@ -30,6 +30,7 @@ import msgspec
 from auth.policy import (
     EFFECTIVE,
     IN_FORCE,
+    LATEST_ORDER,
     NOT_FOUND,
     NOT_FOUND_CODE,
     CapabilityGate,
@@ -80,26 +81,27 @@ def parse_version_request(text: str) -> VersionRequest:
 
 
 def choose_version(
-    caps: Sequence[CapabilityVersion], request: VersionRequest, *, now: datetime
-) -> CapabilityVersion | None:
-    """The version `request` names among one skill's versions, or None.
+    versions: Sequence[tuple[CapabilityVersion, Any]], request: VersionRequest, *, now: datetime
+) -> tuple[CapabilityVersion, Any] | None:
+    """The version `request` names among one skill's versions (each with its stored row), or None.
 
     An exact request may name a retired version (the policy answers 410 for it) or a candidate
     (the policy lets only its own tenant have it), once effective; `latest` and ranges consider only
     versions in force (auth.policy.EFFECTIVE and IN_FORCE, the rules the queries render, at `now`).
+    `latest` is the first of those in auth.policy.LATEST_ORDER, the order discovery's queries sort
+    by: the newest release, or while a skill has none in force its newest pre-release.
     """
     rule = EFFECTIVE if request.exact else IN_FORCE
-    candidates = [c for c in caps if rule.holds(c, now=now)]
-    parsed = [(Version.parse(c.version), c) for c in candidates]
-    versions = [v for v, _ in parsed]
-    chosen = resolve(request.text, versions)
-    if chosen is None and request.text == LATEST:
-        # No release yet: the newest pre-release, as discovery shows it.
-        chosen = max(versions, default=None)
+    candidates = [(cap, row) for cap, row in versions if rule.holds(row, now=now)]
+    if request.text == LATEST:
+        latest = LATEST_ORDER.first(row for _, row in candidates)
+        return next(((cap, row) for cap, row in candidates if row is latest), None)
+    parsed = [(Version.parse(cap.version), cap, row) for cap, row in candidates]
+    chosen = resolve(request.text, [v for v, _, _ in parsed])
     if chosen is None:
         return None
     # resolve() answers one of the candidates itself; identity tells apart equal-precedence builds.
-    return next(c for v, c in parsed if v is chosen)
+    return next((cap, row) for v, cap, row in parsed if v is chosen)
 
 
 # --- What is released ----------------------------------------------------------------------------
@@ -269,11 +271,10 @@ async def resolve_version(
     agent = skill.agent
     if agent is None:
         return None
-    chosen = choose_version([cap for cap, _ in skill.versions], wanted, now=datetime.now(UTC))
+    chosen = choose_version(skill.versions, wanted, now=datetime.now(UTC))
     if chosen is None:
         return None
-    row = next(row for cap, row in skill.versions if cap is chosen)
-    return Released(cap=chosen, row=row, agent=agent)
+    return Released(cap=chosen[0], row=chosen[1], agent=agent)
 
 
 async def release(

@@ -1,5 +1,6 @@
-"""The rules over one row (auth.policy.VISIBLE, IN_FORCE), pure: what docs/api.md#visibility and
-#version-selection say, for any row, viewer and moment; and what their SQL reading looks like."""
+"""The rules over one row (auth.policy.VISIBLE, IN_FORCE) and the order of a skill's versions
+(LATEST_ORDER), pure: what docs/api.md#visibility and #version-selection say, for any row, viewer,
+moment and set of versions; and what their SQL reading looks like."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from auth.policy import EFFECTIVE, IN_FORCE, VISIBLE, CapabilityGate, decide_release
+from auth.policy import EFFECTIVE, IN_FORCE, LATEST_ORDER, VISIBLE, CapabilityGate, decide_release
 from auth.principal import Caller
+from registry.versions.semver import Version
 
 tenants = st.sampled_from(["t1", "t2", "t3"])
 moments = (
@@ -36,7 +38,12 @@ def test_release_refuses_exactly_what_is_invisible_as_not_found(visibility, owne
     assert (refusal is not None and refusal.code == "not_found") is not visible
 
 
-@given(statuses, moments, moments.filter(lambda m: m is not None), st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=3650)))
+@given(
+    statuses,
+    moments,
+    moments.filter(lambda m: m is not None),
+    st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=3650)),
+)
 def test_in_force_is_not_withdrawn_and_effective_and_stays_so(status, effective_at, now, later):
     row = SimpleNamespace(status=status, effective_at=effective_at)
     in_force = IN_FORCE.holds(row, now=now)
@@ -63,3 +70,22 @@ def test_a_rule_takes_exactly_its_parameters():
         VISIBLE.holds({"visibility": "public", "tenant": "t", "shared_with": []})
     with pytest.raises(TypeError):
         IN_FORCE.sql("c", now="$1", viewer="$2")
+
+
+_VERSIONS = st.builds(
+    lambda core, pre, build: core + (f"-{pre}" if pre else "") + (f"+{build}" if build else ""),
+    st.sampled_from(["0.9.0", "1.0.0", "1.0.1", "1.10.0", "2.0.0"]),
+    st.sampled_from(["", "rc.1", "rc.10", "rc.2", "alpha", "1"]),
+    st.sampled_from(["", "a", "b", "B"]),
+)
+
+
+@given(st.lists(_VERSIONS, min_size=1, max_size=8, unique=True))
+def test_latest_is_the_newest_release_else_the_newest_pre_release_builds_by_text(versions):
+    parsed = {v: Version.parse(v) for v in versions}
+    rows = [{"prerelease": p.is_prerelease, "version_key": p.sort_key(), "version": v} for v, p in parsed.items()]
+    latest = LATEST_ORDER.first(rows)["version"]
+    pool = [v for v, p in parsed.items() if not p.is_prerelease] or versions
+    newest = max(parsed[v] for v in pool)
+    same = [v for v in pool if not (parsed[v] < newest or newest < parsed[v])]
+    assert latest == max(same, key=str.encode)

@@ -1,8 +1,9 @@
-"""The rules over one row (auth.policy.VISIBLE, IN_FORCE, EFFECTIVE, NOT_WITHDRAWN) are written once
-and read two ways (auth.predicates): rendered as SQL for the queries that list rows, tested in Python
-on rows already read. These tests make PostgreSQL and Python decide every combination of the rules'
-inputs, in the SQL the queries actually use (db.capabilities), and random expressions of the little
-language itself, missing values included, and fail on any disagreement."""
+"""The rules over one row (auth.policy.VISIBLE, IN_FORCE, EFFECTIVE, NOT_WITHDRAWN) and the order of
+a skill's versions (LATEST_ORDER) are written once and read two ways (auth.predicates): rendered as
+SQL for the queries that list rows, evaluated in Python on rows already read. These tests make
+PostgreSQL and Python decide every combination of the rules' inputs, in the SQL the queries actually
+use (db.capabilities), random expressions of the little language itself (missing values included)
+and random sets of versions, and fail on any disagreement."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from auth import predicates as p
-from auth.policy import EFFECTIVE, IN_FORCE, NOT_WITHDRAWN, VISIBLE, can_see
+from auth.policy import EFFECTIVE, IN_FORCE, LATEST_ORDER, NOT_WITHDRAWN, VISIBLE, can_see
 from auth.principal import Caller
+from db.capabilities import LATEST_ORDER as LATEST_ORDER_SQL
 from db.capabilities import in_force, visible_agents_filter
+from registry.versions.semver import Version
 
 TENANTS = ("t1", "t2", "t3")
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -127,3 +130,45 @@ async def test_random_rules_are_decided_alike_by_sql_and_python(db):
             in_folded = await conn.fetchval(f"SELECT coalesce({rule.sql('r', **folded)}, false) FROM {rows}", *args)
             in_python = rule.holds(row, **{name: values[name] for name in rule.params})
             assert in_sql == in_folded == in_python, (expr, row, viewer, now)
+
+
+_VERSIONS = st.builds(
+    lambda core, pre, build: core + (f"-{pre}" if pre else "") + (f"+{build}" if build else ""),
+    st.sampled_from(["0.9.0", "1.0.0", "1.0.1", "1.10.0", "2.0.0"]),
+    st.sampled_from(["", "rc.1", "rc.2", "alpha", "1", "alpha.beta"]),
+    st.sampled_from(["", "a", "b", "B", "build.7"]),
+)
+
+
+async def test_latest_order_is_decided_alike_by_sql_and_python(db):
+    """LATEST_ORDER (auth.policy) as db.capabilities sorts by it and as release picks `latest` by it,
+    over the column types it sorts in the database (version_key is C-collated, migration 0001)."""
+    cases: list = []
+
+    @settings(max_examples=150, deadline=None, database=None)
+    @given(st.lists(_VERSIONS, min_size=1, max_size=8, unique=True))
+    def collect(versions):
+        cases.append(versions)
+
+    collect()
+    async with db.acquire() as conn, conn.transaction():
+        await conn.execute(
+            'CREATE TEMP TABLE latest_case (prerelease boolean NOT NULL, version_key text COLLATE "C" NOT NULL,'
+            " version text NOT NULL) ON COMMIT DROP"
+        )
+        for versions in cases:
+            rows = [
+                {"prerelease": Version.parse(v).is_prerelease, "version_key": Version.parse(v).sort_key(), "version": v}
+                for v in versions
+            ]
+            await conn.execute("TRUNCATE latest_case")
+            await conn.executemany("INSERT INTO latest_case VALUES ($1, $2, $3)", [tuple(r.values()) for r in rows])
+            in_sql = await conn.fetch(f"SELECT c.version FROM latest_case c ORDER BY {LATEST_ORDER_SQL}")
+            assert LATEST_ORDER.first(rows)["version"] == in_sql[0]["version"], versions
+            before = await conn.fetch(
+                f"SELECT n_c.version AS a, c.version AS b, {LATEST_ORDER.before_sql('n_c', 'c')} AS before"
+                " FROM latest_case n_c CROSS JOIN latest_case c"
+            )
+            position = {r["version"]: i for i, r in enumerate(in_sql)}
+            for pair in before:
+                assert pair["before"] is (position[pair["a"]] < position[pair["b"]]), (versions, pair)
