@@ -256,7 +256,7 @@ class RegistrationResult(msgspec.Struct):
 
 
 def candidate_baselines(stored: list[Any], new_skills: list[PreparedSkill]) -> dict[tuple[str, str], CandidateRef]:
-    """Which new versions are candidates: those whose baseline (registry.versions.semver.baseline) has
+    """Which new versions are candidates: those whose baseline (registry.versions.compatibility.verdict.baseline) has
     fixtures. The baseline is chosen among released versions (stored ones neither retired nor
     candidates, and new ones of the same request that are not candidates themselves), so a chain
     of candidates without fixtures can never step around a baseline's fixtures."""

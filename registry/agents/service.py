@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
-from auth.policy import can_see, check_heartbeat, check_publish, not_found, sees_candidates
+from auth.policy import EFFECTIVE, can_see, check_heartbeat, check_publish, not_found, sees_candidates
 from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
@@ -223,7 +223,7 @@ async def skill_versions(
     registry: Registry, caller: Caller | None, tenant: str, agent_id: str, skill_id: str
 ) -> list[PublicCapability]:
     """Every version of a skill of an agent the caller may see, newest first; versions not yet
-    effective are not discoverable, so they stay hidden here too, and candidates are listed to
+    effective (auth.policy.EFFECTIVE) are not discoverable, so they stay hidden here too, and candidates are listed to
     their own tenant only (auth.policy.sees_candidates)."""
     agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
     if agent is None or not can_see(
@@ -236,7 +236,7 @@ async def skill_versions(
     items = [
         public_capability(r)
         for r in rows
-        if (r["effective_at"] is None or r["effective_at"] <= now) and (candidates_shown or r["status"] != "candidate")
+        if EFFECTIVE.holds(r, now=now) and (candidates_shown or r["status"] != "candidate")
     ]
     if not items:
         raise refused(not_found("skill"))
