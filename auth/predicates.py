@@ -14,19 +14,12 @@ so the planner never sees a `NULL` comparison it cannot prove false.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import msgspec
 
 CompareOp = Literal["=", "<>", "<=", "<"]
-_PYTHON_OPS: dict[str, Callable[[Any, Any], bool]] = {
-    "=": operator.eq,
-    "<>": operator.ne,
-    "<=": operator.le,
-    "<": operator.lt,
-}
 
 
 class Field(msgspec.Struct, frozen=True):
@@ -103,12 +96,24 @@ Row = Any  # a Mapping (asyncpg.Record, dict) or an object with the fields as at
 Values = Mapping[str, Any]
 
 
+# Whether rows of a type are read by key (a Mapping, an asyncpg.Record) or by attribute, per type.
+_BY_KEY: dict[type, bool] = {}
+
+
+def _by_key(row: Row) -> bool:
+    kind = type(row)
+    by_key = _BY_KEY.get(kind)
+    if by_key is None:
+        by_key = _BY_KEY[kind] = not isinstance(row, msgspec.Struct) and hasattr(row, "keys")
+    return by_key
+
+
 def _reader(operand: Operand) -> Callable[[Row, Values], Any]:
     if isinstance(operand, Field):
         name = operand.name
 
         def field(row: Row, _: Values) -> Any:
-            return getattr(row, name) if isinstance(row, msgspec.Struct) or not hasattr(row, "keys") else row[name]
+            return row[name] if _by_key(row) else getattr(row, name)
 
         return field
     if isinstance(operand, Param):
@@ -118,30 +123,66 @@ def _reader(operand: Operand) -> Callable[[Row, Values], Any]:
     return lambda _, __: constant
 
 
-def _tester(expr: Expr) -> Callable[[Row, Values], bool]:
-    if isinstance(expr, Compare):
-        left, right, compare = _reader(expr.left), _reader(expr.right), _PYTHON_OPS[expr.op]
+_PYTHON_OPS = {"=": "==", "<>": "!=", "<=": "<=", "<": "<"}
 
-        def comparison(row: Row, values: Values) -> bool:
-            a, b = left(row, values), right(row, values)
-            return a is not None and b is not None and compare(a, b)
 
-        return comparison
-    if isinstance(expr, Member):
-        item, array = _reader(expr.item), _reader(expr.array)
+def _python_source(expr: Expr, by_key: bool) -> str:
+    """The rule as one Python expression over `row` and the parameters (compiled once per rule: a
+    rule is read for every row a request decides on, e.g. each version of a skill). Names come from
+    the rule's own definition (identifiers, checked) and constants are `repr`s: nothing from a row."""
+    counter = iter(range(1_000_000))
 
-        def membership(row: Row, values: Values) -> bool:
-            value, values_of = item(row, values), array(row, values)
-            return value is not None and values_of is not None and value in values_of
+    def operand(o: Operand) -> tuple[str, bool]:  # (source, may be None)
+        if isinstance(o, Field):
+            if not o.name.isidentifier():
+                raise ValueError(f"not a field name: {o.name!r}")
+            return (f"row[{o.name!r}]" if by_key else f"row.{o.name}"), True
+        if isinstance(o, Param):
+            if not o.name.isidentifier():
+                raise ValueError(f"not a parameter name: {o.name!r}")
+            return o.name, True
+        return repr(o), False
 
-        return membership
-    if isinstance(expr, IsNull):
-        operand = _reader(expr.operand)
-        return lambda row, values: operand(row, values) is None
-    tests = [_tester(part) for part in expr.parts]
-    if isinstance(expr, AllOf):
-        return lambda row, values: all(test(row, values) for test in tests)
-    return lambda row, values: any(test(row, values) for test in tests)
+    def known(source: str, nullable: bool) -> tuple[str, list[str]]:
+        """A name for the operand's value, and the checks that it is not None."""
+        if not nullable:
+            return source, []
+        name = f"_v{next(counter)}"
+        return name, [f"({name} := {source}) is not None"]
+
+    def render(e: Expr) -> str:
+        if isinstance(e, Compare):
+            left, left_checks = known(*operand(e.left))
+            right, right_checks = known(*operand(e.right))
+            return "(" + " and ".join([*left_checks, *right_checks, f"{left} {_PYTHON_OPS[e.op]} {right}"]) + ")"
+        if isinstance(e, Member):
+            item, item_checks = known(*operand(e.item))
+            array, array_checks = known(*operand(e.array))
+            return "(" + " and ".join([*item_checks, *array_checks, f"{item} in {array}"]) + ")"
+        if isinstance(e, IsNull):
+            return f"({operand(e.operand)[0]} is None)"
+        joiner = " and " if isinstance(e, AllOf) else " or "
+        return "(" + joiner.join(render(part) for part in e.parts) + ")"
+
+    return render(expr)
+
+
+def _tester(expr: Expr, params: frozenset[str]) -> Callable[..., bool]:
+    """`holds(row, <params>)`, reading the row by key or by attribute as its type needs."""
+    arguments = "".join(f", {name}" for name in sorted(params))
+    source = (
+        f"def holds(row{arguments}):\n"
+        "    by_key = _BY_KEY.get(type(row))\n"
+        "    if by_key is None:\n"
+        "        by_key = _by_key(row)\n"
+        "    if by_key:\n"
+        f"        return bool({_python_source(expr, by_key=True)})\n"
+        f"    return bool({_python_source(expr, by_key=False)})\n"
+    )
+    namespace: dict[str, Any] = {}
+    scope = {"__builtins__": {"bool": bool, "type": type}, "_BY_KEY": _BY_KEY, "_by_key": _by_key}
+    exec(compile(source, "<auth.predicates rule>", "exec"), scope, namespace)  # noqa: S102
+    return namespace["holds"]
 
 
 # --- SQL -------------------------------------------------------------------------------------------
@@ -198,13 +239,10 @@ class Rule:
     def __init__(self, expr: Expr) -> None:
         self.expr = expr
         self.params = frozenset(_params_of(expr))
-        self._test = _tester(expr)
-
-    def holds(self, row: Row, **values: Any) -> bool:
-        """Whether `row` satisfies the rule, given every parameter's value (None: absent, e.g. anonymous)."""
-        if values.keys() != self.params:
-            raise TypeError(f"the rule takes exactly the parameters {sorted(self.params)}, not {sorted(values)}")
-        return self._test(row, values)
+        # holds(row, **values) -> bool: whether `row` satisfies the rule, given every parameter's
+        # value (None: absent, e.g. anonymous) and no other (a TypeError otherwise). Compiled from
+        # `expr` (_python_source), so a rule costs what the same expression written by hand costs.
+        self.holds: Callable[..., bool] = _tester(expr, self.params)
 
     def sql(self, alias: str, **placeholders: str | None) -> str:
         """The SQL condition on row `alias`, each parameter given as its bound placeholder (`$3`), or
