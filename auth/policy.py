@@ -4,7 +4,9 @@ This module owns the decisions of docs/api.md#visibility, #release-checks, #tick
 over msgspec Structs: record visibility, endpoint scopes, publishing, lifecycle changes, heartbeats,
 the ordered detail-release checks, the first-ticket and re-delegation narrowing rules, the RFC 8693
 actor chain, ticket request validation, revocation, introspection and approvals. It reads no clock,
-database or token: callers pass verified claims, stored rows' fields and `now` (epoch seconds).
+database or token: callers pass verified claims, stored rows' fields and `now` (epoch seconds, or
+the moment a rule over rows is decided at). The rules over one row and the order of a skill's versions
+(`VISIBLE`, `IN_FORCE`, `LATEST_ORDER`, below) are also what db/ renders into its queries.
 
 Each decision answers None (allowed) or a `Refusal`: an error code of docs/api.md#error-codes with
 its message, refusal reason and missing scopes, never an HTTP status (registry.core.problems maps a code
@@ -60,9 +62,10 @@ _SKILL_ID = re.compile(SKILL_ID_PATTERN)
 
 
 # ---------------------------------------------------------------------------
-# Visibility and what is in force (docs/api.md#visibility, #version-selection): rules over one row,
-# each defined once here and read two ways (auth.predicates): tested in Python on rows already read
-# and rendered by db/ as the SQL condition of every query that lists rows.
+# Visibility, what is in force and which version is latest (docs/api.md#visibility,
+# #version-selection): rules over one row and an order of rows, each defined once here and read two
+# ways (auth.predicates): evaluated in Python on rows already read and rendered by db/ as the SQL of
+# every query that lists rows.
 
 # The viewer's tenant (None: anonymous) and the moment decided at: the app's clock, which every
 # query is given as a bound parameter, so that SQL and Python decide by one clock.

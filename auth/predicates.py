@@ -1,15 +1,16 @@
-"""Rules over one stored row, written once and read two ways: tested in Python on rows already read,
-and rendered as the SQL condition of the queries that list them (issue 19: a rule spelt once in SQL
-and once in Python drifts). auth.policy defines the rules (who may see a record, which version is
-in force); db/ renders them into its queries; nothing here reads a row, a clock or a database.
+"""Rules over one stored row, written once and read two ways: evaluated in Python on rows already
+read, and rendered as the SQL condition of the queries that list them (issue 19: a rule spelt once in
+SQL and once in Python drifts); and orders of rows, read as an SQL `ORDER BY` and as the first of a
+list. auth.policy defines them (who may see a record, which version is in force, which is latest);
+db/ renders them into its queries; nothing here reads a clock or a database.
 
 A rule is a small expression: comparisons of a row's fields with constants and with named
 parameters (`VIEWER`, `NOW`; `<` and `<=` for times and numbers only: text order is the database's
-collation in SQL and code points in Python), membership in an array field, `IS NULL`, and `all_of`/`any_of`. There
-is no negation, so both readings agree on missing values: in SQL a comparison with NULL is unknown,
-which a WHERE clause (or `all_of`/`any_of` of such) treats as false; in Python a comparison with
-None is false. A parameter whose value is None (an anonymous viewer) is folded out when rendering,
-so the planner never sees a `NULL` comparison it cannot prove false.
+collation in SQL and code points in Python), membership in an array field, `IS NULL`, and
+`all_of`/`any_of`. There is no negation, so both readings agree on missing values: in SQL a
+comparison with NULL is unknown, which a WHERE clause (or `all_of`/`any_of` of such) treats as false;
+in Python a comparison with None is false. A parameter whose value is None (an anonymous viewer) is
+folded out when rendering, so the planner never sees a `NULL` comparison it cannot prove false.
 """
 
 from __future__ import annotations

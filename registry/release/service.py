@@ -10,8 +10,9 @@ The version choice, shapes and events below are pure functions over stored rows 
 
 Decisions docs/api.md#version-selection and #release-audit record:
 - `latest` is the version discovery shows as latest: the first in force in auth.policy.LATEST_ORDER
-  (the newest in-force release, or the newest in-force pre-release while a skill has no release). Ranges follow `registry.versions.semver`
-  (npm semantics: pre-releases only when the range names one of the same core).
+  (the newest in-force release, or the newest in-force pre-release while a skill has no release).
+  Ranges follow `registry.versions.semver` (npm semantics: pre-releases only when the range names
+  one of the same core).
 - An exact version not yet effective (`effectiveAt` in the future) does not exist yet: 404.
 - Every audit event names the path's tenant as `tenant` (the record's owner sees probes of its
   records, including those that do not exist) and the caller's as `actorTenant`. A record the
