@@ -144,11 +144,21 @@ def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text
 
 
 class Query:
-    """Bound parameters of one statement, decided at the moment `now` (bound once, as `self.now`)."""
+    """Bound parameters of one statement; one that decides what is in force does so at the moment
+    `now`, bound once, when first named (`self.now`, its placeholder)."""
 
-    def __init__(self, now: datetime) -> None:
+    def __init__(self, now: datetime | None = None) -> None:
         self.params: list[Any] = []
-        self.now = self.bind(now)
+        self._now = now
+        self._now_placeholder: str | None = None
+
+    @property
+    def now(self) -> str:
+        if self._now_placeholder is None:
+            if self._now is None:
+                raise TypeError("this statement decides what is in force at a moment: give its Query `now`")
+            self._now_placeholder = self.bind(self._now)
+        return self._now_placeholder
 
     def bind(self, value: Any) -> str:
         self.params.append(value)
