@@ -4,7 +4,9 @@ This module owns the decisions of docs/api.md#visibility, #release-checks, #tick
 over msgspec Structs: record visibility, endpoint scopes, publishing, lifecycle changes, heartbeats,
 the ordered detail-release checks, the first-ticket and re-delegation narrowing rules, the RFC 8693
 actor chain, ticket request validation, revocation, introspection and approvals. It reads no clock,
-database or token: callers pass verified claims, stored rows' fields and `now` (epoch seconds).
+database or token: callers pass verified claims, stored rows' fields and `now` (epoch seconds, or
+the moment a rule over rows is decided at). The rules over one row and the order of a skill's versions
+(`VISIBLE`, `IN_FORCE`, `LATEST_ORDER`, below) are also what db/ renders into its queries.
 
 Each decision answers None (allowed) or a `Refusal`: an error code of docs/api.md#error-codes with
 its message, refusal reason and missing scopes, never an HTTP status (registry.core.problems maps a code
@@ -21,6 +23,21 @@ from typing import Any, Protocol
 import msgspec
 
 from auth.identifiers import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN
+from auth.predicates import (
+    Field,
+    Order,
+    Param,
+    Rule,
+    all_of,
+    any_of,
+    ascending,
+    descending,
+    eq,
+    is_null,
+    le,
+    member,
+    ne,
+)
 from auth.principal import Caller
 
 # Re-delegation depth is bounded so that actor chains (nested `act` claims) stay small.
@@ -45,16 +62,54 @@ _SKILL_ID = re.compile(SKILL_ID_PATTERN)
 
 
 # ---------------------------------------------------------------------------
-# Visibility (docs/api.md#visibility)
+# Visibility, what is in force and which version is latest (docs/api.md#visibility,
+# #version-selection): rules over one row and an order of rows, each defined once here and read two
+# ways (auth.predicates): evaluated in Python on rows already read and rendered by db/ as the SQL of
+# every query that lists rows.
+
+# The viewer's tenant (None: anonymous) and the moment decided at: the app's clock, which every
+# query is given as a bound parameter, so that SQL and Python decide by one clock.
+VIEWER = Param("viewer", "text")
+NOW = Param("now", "timestamptz")
+
+# Who may know a record exists, on the agent's row (visibility is per agent): public records to
+# anyone, the others to their own tenant and the tenants they are shared with.
+VISIBLE = Rule(
+    any_of(
+        eq(Field("visibility"), "public"),
+        eq(Field("tenant"), VIEWER),
+        member(VIEWER, Field("shared_with")),
+    )
+)
+
+# A capability version in force now (discovery, cards, `latest` and ranges show only these): not
+# withdrawn (retired, or a candidate waiting for its replay, docs/api.md#the-replay-gate) and
+# effective (no `effectiveAt`, or one not in the future). A sunset date passing changes nothing: a
+# deprecated version is in force until it is retired.
+_NOT_WITHDRAWN = all_of(ne(Field("status"), "retired"), ne(Field("status"), "candidate"))
+_EFFECTIVE = any_of(is_null(Field("effective_at")), le(Field("effective_at"), NOW))
+NOT_WITHDRAWN = Rule(_NOT_WITHDRAWN)
+EFFECTIVE = Rule(_EFFECTIVE)
+IN_FORCE = Rule(all_of(_NOT_WITHDRAWN, _EFFECTIVE))
+
+# The latest version of a skill is its first version in force in this order (`latest`, discovery's
+# `versions=latest`, cards): releases before pre-releases, then the highest precedence
+# (`version_key`, registry.versions.semver.Version.sort_key, a C-collated column), then, among builds
+# of one precedence (`1.0.0+a`, `1.0.0+b`), the version text bytewise, so exactly one is latest. A
+# pre-release is latest only while its skill has no release in force.
+LATEST_ORDER = Order(
+    ascending(Field("prerelease")),
+    descending(Field("version_key")),
+    descending(Field("version"), bytewise=True),
+)
 
 
 def can_see(caller: Caller | None, *, tenant: str, visibility: str, shared_with: Sequence[str]) -> bool:
-    """Whether `caller` may know the record exists; None is an anonymous caller, who sees only public records."""
-    if visibility == "public":
-        return True
-    if caller is None:
-        return False
-    return caller.tenant == tenant or caller.tenant in shared_with
+    """Whether `caller` may know the record exists (VISIBLE); None is an anonymous caller, who sees only public records."""
+    return VISIBLE.holds(
+        {"tenant": tenant, "visibility": visibility, "shared_with": shared_with},
+        viewer=None if caller is None else caller.tenant,
+    )
 
 
 def sees_candidates(caller: Caller | None, tenant: str) -> bool:
@@ -168,10 +223,15 @@ def decide_release(caller: Caller | None, cap: CapabilityGate, *, exact_version:
     version (`latest`, a range) does not exist for the caller: ranges skip
     retired versions, so it is NOT_FOUND rather than 410.
     """
-    if caller is None:
+    if caller is None or not VISIBLE.holds(cap, viewer=caller.tenant):
         return NOT_FOUND
-    if not can_see(caller, tenant=cap.tenant, visibility=cap.visibility, shared_with=cap.shared_with):
-        return NOT_FOUND
+    return decide_release_of_visible(caller, cap, exact_version=exact_version)
+
+
+def decide_release_of_visible(caller: Caller, cap: CapabilityGate, *, exact_version: bool) -> Refusal | None:
+    """`decide_release` after its first check, for a version of an agent the request already found
+    visible to `caller` (the extended card: the agent is decided once, then each of its skills), so
+    that one request decides visibility once."""
     if cap.status == "candidate" and not sees_candidates(caller, cap.tenant):
         return NOT_FOUND
     if cap.status == "retired":

@@ -391,18 +391,33 @@ async def explain_plans(dsn: str) -> dict[str, str]:
         }
         for title, kwargs in cases.items():
             conn = Explaining(pool)
-            await capabilities.discover(conn, **kwargs)
+            await capabilities.discover(conn, **kwargs, now=dt.datetime.now(dt.UTC))
             plans[title] = conn.plan
         # With q, discovery is ranked search (registry.discovery.ranking; every shape: python -m bench.search_plans).
         conn = Explaining(pool, run=True)
-        await ranking.rank(conn, None, "invoice", ranking.SearchFilters(tags=("finance",), side_effect_max=1), limit=51)
+        await ranking.rank(
+            conn,
+            None,
+            "invoice",
+            ranking.SearchFilters(tags=("finance",), side_effect_max=1),
+            limit=51,
+            now=dt.datetime.now(dt.UTC),
+        )
         plans["filtered (q + tag + sideEffectMax)"] = conn.plan
         # ARD (docs/api.md#ard): search by relevance, explore's facets, the list in identifier order.
         from db import ard
 
         invoice = ard.TextMatch(any_query="( invoice )", word_queries=["invoice"], head_queries=["invoice:AB"])
         conn = Explaining(pool)
-        await ard.ranked_page(conn, viewer_tenant=None, where=ard.EntryFilter(), text=invoice, after=None, limit=11)
+        await ard.ranked_page(
+            conn,
+            viewer_tenant=None,
+            where=ard.EntryFilter(),
+            text=invoice,
+            after=None,
+            limit=11,
+            now=dt.datetime.now(dt.UTC),
+        )
         plans["ARD search 'invoice' (page of 10)"] = conn.plan
         conn = Explaining(pool)
         await ard.facet_counts(
@@ -412,6 +427,7 @@ async def explain_plans(dsn: str) -> dict[str, str]:
             text=invoice,
             configured={},
             facets=[ard.FacetRequest("tags", 20, 1), ard.FacetRequest("publisher", 20, 1)],
+            now=dt.datetime.now(dt.UTC),
         )
         plans["ARD explore 'invoice' (tags, publisher)"] = conn.plan
         conn = Explaining(pool)
@@ -422,11 +438,18 @@ async def explain_plans(dsn: str) -> dict[str, str]:
             text=None,
             configured={},
             facets=[ard.FacetRequest("type", 20, 1), ard.FacetRequest("tags", 20, 1)],
+            now=dt.datetime.now(dt.UTC),
         )
         plans["ARD explore, whole registry (type, tags)"] = conn.plan
         conn = Explaining(pool)
         await ard.identifier_page(
-            conn, viewer_tenant=None, where=ard.EntryFilter(), configured={}, after=None, limit=21
+            conn,
+            viewer_tenant=None,
+            where=ard.EntryFilter(),
+            configured={},
+            after=None,
+            limit=21,
+            now=dt.datetime.now(dt.UTC),
         )
         plans["ARD list, first page of 20"] = conn.plan
     except (asyncpg.PostgresError, TypeError) as exc:

@@ -7,6 +7,7 @@ rolled back. Prints, per statement, its execution time, shared buffers hit/read 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import sys
 import uuid
@@ -61,7 +62,8 @@ async def main(dsn: str) -> list[dict]:
                 "snapshot_bounds",
                 """SELECT (SELECT seq FROM change_head WHERE id = 1) AS seq,
                           (SELECT min(effective_at) FROM capability_versions
-                            WHERE effective_at > now() AND status <> 'retired') AS next_effective""",
+                            WHERE effective_at > $1::timestamptz AND status <> 'retired') AS next_effective""",
+                dt.datetime.now(dt.UTC),
             ),
             await explain(
                 conn,

@@ -18,6 +18,7 @@ import re
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import data
@@ -109,7 +110,7 @@ async def run(dsn: str, versions_target: int) -> dict:
         started = time.monotonic()
         await conn.execute(_insert_sql().replace("$1", str(int(agents))))
         # Rows inserted with SQL: the latest marker as publishing would leave it (db.capabilities).
-        await capabilities.refresh_all_latest(conn)
+        await capabilities.refresh_all_latest(conn, now=datetime.now(UTC))
         await conn.execute("VACUUM ANALYZE")  # the marker's update leaves a dead copy of each marked row
         load_s = time.monotonic() - started
     finally:
@@ -154,20 +155,26 @@ async def run(dsn: str, versions_target: int) -> dict:
         for title, shape in shapes.items():
             conn = Explaining(pool)
             first = await ranking.rank(
-                conn, shape["viewer"], shape["q"], shape["filters"], limit=shape.get("limit", 51)
+                conn, shape["viewer"], shape["q"], shape["filters"], limit=shape.get("limit", 51), now=datetime.now(UTC)
             )
             entry = {"queries": [summary(p) for p in conn.plans], "results": len(first), "plans": conn.plans}
             if len(first) > 50 and shape.get("limit", 51) == 51:
                 # the next page: a keyset cursor in rank order
                 conn = Explaining(pool)
                 await ranking.rank(
-                    conn, shape["viewer"], shape["q"], shape["filters"], after=first[49].position, limit=51
+                    conn,
+                    shape["viewer"],
+                    shape["q"],
+                    shape["filters"],
+                    after=first[49].position,
+                    limit=51,
+                    now=datetime.now(UTC),
                 )
                 entry["next_page"] = [summary(p) for p in conn.plans]
             report["shapes"][title] = entry
         report["shapes"].update(await ard_shapes(pool))
         conn = Explaining(pool)
-        await capabilities.discover(conn, viewer_tenant=None, limit=51)
+        await capabilities.discover(conn, viewer_tenant=None, limit=51, now=datetime.now(UTC))
         report["shapes"]["without q: public first page (unchanged)"] = {
             "queries": [summary(p) for p in conn.plans],
             "results": 50,
@@ -196,7 +203,9 @@ async def ard_shapes(pool) -> dict:
         text = await text_match(pool, word)
         page = await shape(
             f"ARD search {word!r}, page of 10",
-            lambda c, t=text: ard_queries.ranked_page(c, viewer_tenant=None, where=none, text=t, after=None, limit=11),
+            lambda c, t=text: ard_queries.ranked_page(
+                c, viewer_tenant=None, where=none, text=t, after=None, limit=11, now=datetime.now(UTC)
+            ),
         )
         await shape(
             f"ARD search {word!r} + tags + sideEffectMax, tenant viewer",
@@ -207,23 +216,28 @@ async def ard_shapes(pool) -> dict:
                 text=t,
                 after=None,
                 limit=11,
+                now=datetime.now(UTC),
             ),
         )
         facets = [ard_queries.FacetRequest("tags", 20, 1), ard_queries.FacetRequest("publisher", 20, 1)]
         await shape(
             f"ARD explore {word!r} (tags, publisher)",
             lambda c, t=text, f=facets: ard_queries.facet_counts(
-                c, viewer_tenant=None, where=none, text=t, facets=f, configured={}
+                c, viewer_tenant=None, where=none, text=t, facets=f, configured={}, now=datetime.now(UTC)
             ),
         )
     facets = [ard_queries.FacetRequest("type", 20, 1), ard_queries.FacetRequest("tags", 20, 1)]
     await shape(
         "ARD explore without text (type, tags)",
-        lambda c: ard_queries.facet_counts(c, viewer_tenant=None, where=none, text=None, facets=facets, configured={}),
+        lambda c: ard_queries.facet_counts(
+            c, viewer_tenant=None, where=none, text=None, facets=facets, configured={}, now=datetime.now(UTC)
+        ),
     )
     listed = await shape(
         "ARD list, first page of 20",
-        lambda c: ard_queries.identifier_page(c, viewer_tenant=None, where=none, configured={}, after=None, limit=21),
+        lambda c: ard_queries.identifier_page(
+            c, viewer_tenant=None, where=none, configured={}, after=None, limit=21, now=datetime.now(UTC)
+        ),
     )
     await shape(
         "ARD lookup of one identifier",
@@ -234,11 +248,12 @@ async def ard_shapes(pool) -> dict:
             text=None,
             after=None,
             limit=1,
+            now=datetime.now(UTC),
         ),
     )
     await shape(
         "ARD entry rows of a page of 10",
-        lambda c: ard_queries.entry_rows(c, [(r["tenant"], r["agent_id"]) for r in page[:10]]),
+        lambda c: ard_queries.entry_rows(c, [(r["tenant"], r["agent_id"]) for r in page[:10]], now=datetime.now(UTC)),
     )
     return shapes
 

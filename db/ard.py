@@ -92,9 +92,10 @@ def _agent_filters(bind: Bind, viewer_tenant: str | None, where: EntryFilter) ->
     return agent_filters
 
 
-def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text: TextMatch | None) -> str:
+def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text: TextMatch | None, *, now: str) -> str:
     """`matched` (one row per entry: tenant, agent_id, capabilities, side_effect_rank, score) as WITH
-    items. An entry's skills are the latest in-force versions (db.capabilities.latest_in_force: rows
+    items. An entry's skills are the latest versions in force at `now`, a placeholder
+    (db.capabilities.latest_in_force: rows
     the latest marker holds, read per agent through capability_versions_latest_agent); with
     text, only agents with a matching latest version (the partial GIN index) are candidates."""
     agent_filters = _agent_filters(bind, viewer_tenant, where)
@@ -108,7 +109,7 @@ def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text
         prelude = f"""t AS MATERIALIZED ({terms_sql(bind, text)}),
         hits AS MATERIALIZED (
             SELECT DISTINCT c.tenant, c.agent_id FROM capability_versions c, t
-             WHERE {match_sql(bind, text)} AND {latest_in_force("c")}), """
+             WHERE {match_sql(bind, text)} AND {latest_in_force("c", now)}), """
         sources = "hits h JOIN agents a ON a.tenant = h.tenant AND a.agent_id = h.agent_id CROSS JOIN t"
 
     entry_filters = ["s.text_match"]
@@ -137,16 +138,27 @@ def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text
                       max({relevance}) FILTER (WHERE {match}) AS score,
                       bool_or({match}) AS text_match{"".join(", " + x for x in aggregates)}
                  FROM capability_versions l
-                WHERE l.tenant = a.tenant AND l.agent_id = a.agent_id AND {latest_in_force("l")}) s
+                WHERE l.tenant = a.tenant AND l.agent_id = a.agent_id AND {latest_in_force("l", now)}) s
          WHERE {" AND ".join(agent_filters + entry_filters)}
     )"""
 
 
 class Query:
-    """Bound parameters of one statement."""
+    """Bound parameters of one statement; one that decides what is in force does so at the moment
+    `now`, bound once, when first named (`self.now`, its placeholder)."""
 
-    def __init__(self) -> None:
+    def __init__(self, now: datetime | None = None) -> None:
         self.params: list[Any] = []
+        self._now = now
+        self._now_placeholder: str | None = None
+
+    @property
+    def now(self) -> str:
+        if self._now_placeholder is None:
+            if self._now is None:
+                raise TypeError("this statement decides what is in force at a moment: give its Query `now`")
+            self._now_placeholder = self.bind(self._now)
+        return self._now_placeholder
 
     def bind(self, value: Any) -> str:
         self.params.append(value)
@@ -161,12 +173,13 @@ async def ranked_page(
     text: TextMatch | None,
     after: tuple[int, str] | None,
     limit: int,
+    now: datetime,
 ) -> list[asyncpg.Record]:
     """Entries by relevance (their best skill's score), best first: (tenant, agent_id, score, tie). Ties in the order of the
     agents' capability refs (`tenant/agentId/...`, bytewise), as ranked discovery orders its ties,
     so both list agents in the same relative order."""
-    query = Query()
-    ctes = matched_ctes(query.bind, viewer_tenant, where, text)
+    query = Query(now)
+    ctes = matched_ctes(query.bind, viewer_tenant, where, text, now=query.now)
     keyset = "true"
     if after is not None:
         s, t = query.bind(after[0]), query.bind(after[1])
@@ -189,6 +202,7 @@ async def identifier_page(
     configured: dict[str, str],
     after: str | None,
     limit: int,
+    now: datetime,
 ) -> list[asyncpg.Record]:
     """Entries in identifier order (`urn:air:{publisher}:{agentId}`, bytewise): (tenant, agent_id, identifier).
 
@@ -200,9 +214,9 @@ async def identifier_page(
     Filters on skills (tags, capabilities, side effect, regions) take the matched set instead."""
     if any(v is not None for v in (where.tags, where.capabilities, where.side_effect_max, where.regions)):
         return await _identifier_page_matched(
-            conn, viewer_tenant=viewer_tenant, where=where, configured=configured, after=after, limit=limit
+            conn, viewer_tenant=viewer_tenant, where=where, configured=configured, after=after, limit=limit, now=now
         )
-    query = Query()
+    query = Query(now)
     agent_filters = _agent_filters(query.bind, viewer_tenant, where)
     publisher = publisher_sql("t.tenant", query.bind, configured)
     start = query.bind(after if after is not None else "")
@@ -227,7 +241,7 @@ async def identifier_page(
                 WHERE a.tenant = p.tenant AND a.agent_id COLLATE "C" > p.after_id
                   AND {" AND ".join(agent_filters)}
                   AND EXISTS (SELECT 1 FROM capability_versions l
-                               WHERE l.tenant = a.tenant AND l.agent_id = a.agent_id AND {latest_in_force("l")})
+                               WHERE l.tenant = a.tenant AND l.agent_id = a.agent_id AND {latest_in_force("l", query.now)})
                 ORDER BY a.agent_id COLLATE "C"
                 LIMIT {n}) e
          ORDER BY e.identifier
@@ -243,9 +257,10 @@ async def _identifier_page_matched(
     configured: dict[str, str],
     after: str | None,
     limit: int,
+    now: datetime,
 ) -> list[asyncpg.Record]:
-    query = Query()
-    ctes = matched_ctes(query.bind, viewer_tenant, where, None)
+    query = Query(now)
+    ctes = matched_ctes(query.bind, viewer_tenant, where, None, now=query.now)
     publisher = publisher_sql("m.tenant", query.bind, configured)
     keyset = f"i.identifier > {query.bind(after)}" if after is not None else "true"
     sql = f"""WITH {ctes}
@@ -258,9 +273,11 @@ async def _identifier_page_matched(
     return await conn.fetch(sql, *query.params)
 
 
-async def entry_rows(conn: asyncpg.Connection, keys: Sequence[tuple[str, str]]) -> list[asyncpg.Record]:
+async def entry_rows(
+    conn: asyncpg.Connection, keys: Sequence[tuple[str, str]], *, now: datetime
+) -> list[asyncpg.Record]:
     """The public rows of the given entries (agent fields, lease figures, and the latest in-force
-    version of each skill: id, tags, side effect, regions, examples), in no particular order."""
+    version of each skill at `now`: id, tags, side effect, regions, examples), in no particular order."""
     if not keys:
         return []
     return await conn.fetch(
@@ -274,19 +291,20 @@ async def entry_rows(conn: asyncpg.Connection, keys: Sequence[tuple[str, str]]) 
                               'id', l.skill_id, 'tags', l.tags, 'sideEffectRank', l.side_effect_rank,
                               'regions', l.data_regions, 'examples', l.examples) ORDER BY l.skill_id), '[]') AS skills
                      FROM capability_versions l
-                    WHERE l.tenant = a.tenant AND l.agent_id = a.agent_id AND {latest_in_force("l")}) s""",
+                    WHERE l.tenant = a.tenant AND l.agent_id = a.agent_id AND {latest_in_force("l", "$3")}) s""",
         [k[0] for k in keys],
         [k[1] for k in keys],
+        now,
     )
 
 
 # Facet fields and the SQL of their (value, count) groups over `matched`.
-def _facet_groups(field: str, publisher: str) -> str:
+def _facet_groups(field: str, publisher: str, now: str) -> str:
     def per_entry(column: str) -> str:  # each value once per entry, over its latest versions
         return (
             f"SELECT v AS value, count(*) AS n FROM matched m CROSS JOIN LATERAL (SELECT DISTINCT v FROM"
             f" capability_versions l CROSS JOIN unnest(l.{column}) v"
-            f" WHERE l.tenant = m.tenant AND l.agent_id = m.agent_id AND {latest_in_force('l')}) x GROUP BY v"
+            f" WHERE l.tenant = m.tenant AND l.agent_id = m.agent_id AND {latest_in_force('l', now)}) x GROUP BY v"
         )
 
     return {
@@ -330,15 +348,16 @@ async def facet_counts(
     text: TextMatch | None,
     facets: Sequence[FacetRequest],
     configured: dict[str, str],
+    now: datetime,
 ) -> list[asyncpg.Record]:
     """Buckets (field, value, n, other=false, rn), rn ranking them per field (count, then value bytewise), at
     most `limit` of them with at least `min_count`; and per field one row (field, NULL, n, other=true)
     with the entries counted in the buckets beyond `limit`. Counted over the whole matched set."""
-    query = Query()
-    ctes = matched_ctes(query.bind, viewer_tenant, where, text)
+    query = Query(now)
+    ctes = matched_ctes(query.bind, viewer_tenant, where, text, now=query.now)
     publisher = publisher_sql("m.tenant", query.bind, configured)
     groups = " UNION ALL ".join(
-        f"SELECT {query.bind(facet.field)}::text AS field, g.value, g.n FROM ({_facet_groups(facet.field, publisher)}) g"
+        f"SELECT {query.bind(facet.field)}::text AS field, g.value, g.n FROM ({_facet_groups(facet.field, publisher, query.now)}) g"
         for facet in facets
     )
     params = (

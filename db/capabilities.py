@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
 
+from auth.policy import IN_FORCE as IN_FORCE_RULE
+from auth.policy import LATEST_ORDER as LATEST_ORDER_RULE
+from auth.policy import NOT_WITHDRAWN as NOT_WITHDRAWN_RULE
+from auth.policy import VISIBLE
 from db.agents import HEALTH_SQL, LIVE_INSTANCES_SQL, lock_agent
 
 PUBLIC_COLUMNS = (
@@ -21,63 +25,71 @@ DETAIL_COLUMNS = (
     + ", c.examples, c.input_schema, c.output_schema, c.input_modes, c.output_modes, c.fixture_count, c.baseline"
 )
 
-# Discovery, cards, `latest` and ranges show what is in force now: not retired, not a candidate
-# (a version waiting for its replay, docs/api.md#the-replay-gate), and effective. The one definition
-# (its two halves: withdrawn by a write, or not yet effective by the clock, the database's).
-NOT_WITHDRAWN = "c.status <> 'retired' AND c.status <> 'candidate'"
-EFFECTIVE_NOW = "(c.effective_at IS NULL OR c.effective_at <= now())"
-IN_FORCE = f"{NOT_WITHDRAWN} AND {EFFECTIVE_NOW}"
-# Precedence among a skill's versions: releases before pre-releases, then the highest first. The
-# latest version of a skill is its first in-force version in this order (`versions=latest`).
-# Builds of one precedence (`1.0.0+a`, `1.0.0+b`) share a version_key: the version text breaks the
-# tie, so exactly one version is latest and every path names the same one.
-LATEST_ORDER = 'c.prerelease, c.version_key DESC, c.version COLLATE "C" DESC'
-VISIBLE_TO = "(a.visibility = 'public' OR a.tenant = {t} OR {t} = ANY (a.shared_with))"
+# Discovery, cards, `latest` and ranges show what is in force now (auth.policy.IN_FORCE, the one
+# definition, rendered here), by the app's clock: every query is given its `now` as a bound
+# parameter, the moment the same request decides by in Python (release decides cached rows).
+# Precedence among a skill's versions (auth.policy.LATEST_ORDER, rendered): the latest version of a
+# skill is its first in-force version in this order, and every path names the same one.
+LATEST_ORDER = LATEST_ORDER_RULE.sql("c")
 # When the agent's lease figures would next change by themselves: its first live lease lapsing
-# (liveInstances drops; health flips at the last one). Cached pages end there.
+# (liveInstances drops; health flips at the last one). Cached pages end there. Leases are timed by
+# the database's clock (heartbeats set expires_at from now()), not the app's.
 LEASE_UNTIL_SQL = """(SELECT min(i.expires_at) FROM agent_instances i
                         WHERE i.tenant = a.tenant AND i.agent_id = a.agent_id AND i.expires_at > now())"""
 
 
-def in_force(alias: str) -> str:
-    """IN_FORCE of the version row `alias`."""
-    return IN_FORCE.replace("c.", f"{alias}.")
+def in_force(alias: str, now: str) -> str:
+    """auth.policy.IN_FORCE of the version row `alias`, at the moment bound as placeholder `now`."""
+    return IN_FORCE_RULE.sql(alias, now=now)
+
+
+def not_withdrawn(alias: str) -> str:
+    """auth.policy.NOT_WITHDRAWN of the version row `alias` (in force now or once effective)."""
+    return NOT_WITHDRAWN_RULE.sql(alias)
+
+
+def visible_to(alias: str, viewer: str | None) -> str:
+    """auth.policy.VISIBLE of the agent row `alias`, for the viewer bound as placeholder `viewer`
+    (None: anonymous, public records only)."""
+    return VISIBLE.sql(alias, viewer=viewer)
 
 
 # The latest marker (migration 0012): a maintained hint that lets a search read "the latest
 # in-force version of each skill" from an index instead of choosing it per match. It is derived
-# from IN_FORCE and LATEST_ORDER above (refresh_latest) and never replaces them: rows marked are
+# from auth.policy.IN_FORCE and LATEST_ORDER above (refresh_latest) and never replaces them: rows marked are
 # every not-withdrawn version that no in-force version precedes, i.e. the latest in force now and
 # the newer versions whose effectiveAt is still to come, and `latest_until` is when a marked row
 # may stop being the latest by time alone (the earliest effectiveAt of a marked version before
 # it; NULL: never). Writes that change what is in force (publishing, retiring, releasing a
 # candidate) refresh the skill under the agent's lock; the clock needs no write: past
-# `latest_until` the query checks the newer marked versions itself (LATEST_IN_FORCE). A sunset
+# `latest_until` the query checks the newer marked versions itself (latest_in_force). A sunset
 # date passing changes nothing here: a deprecated version stays in force until it is retired.
-def latest_in_force(alias: str = "c") -> str:
-    """The SQL condition: version row `alias` is the latest in-force version of its skill now."""
+# The writer's clock and a reader's (another replica's) may differ a little: a refresh counts a
+# version as in force only once it has been effective for CLOCK_SKEW_MARGIN, so a reader whose clock
+# is behind still finds its latest version marked (marking more is safe: `latest_until` covers it).
+CLOCK_SKEW_MARGIN = timedelta(minutes=5)
+
+
+def latest_in_force(alias: str, now: str) -> str:
+    """The SQL condition: version row `alias` is the latest in-force version of its skill at the
+    moment bound as placeholder `now`."""
     n = "n_" + alias
-    return f"""({alias}.latest AND {in_force(alias)}
-        AND ({alias}.latest_until IS NULL OR {alias}.latest_until > now()
+    return f"""({alias}.latest AND {in_force(alias, now)}
+        AND ({alias}.latest_until IS NULL OR {alias}.latest_until > {now}::timestamptz
              OR NOT EXISTS (SELECT 1 FROM capability_versions {n}
                              WHERE {n}.tenant = {alias}.tenant AND {n}.agent_id = {alias}.agent_id
-                               AND {n}.skill_id = {alias}.skill_id AND {n}.latest AND {in_force(n)}
-                               AND ({n}.prerelease < {alias}.prerelease
-                                    OR ({n}.prerelease = {alias}.prerelease AND {n}.version_key > {alias}.version_key)
-                                    OR ({n}.prerelease = {alias}.prerelease AND {n}.version_key = {alias}.version_key
-                                        AND {n}.version COLLATE "C" > {alias}.version COLLATE "C")))))"""
+                               AND {n}.skill_id = {alias}.skill_id AND {n}.latest AND {in_force(n, now)}
+                               AND {LATEST_ORDER_RULE.before_sql(n, alias)})))"""
 
 
-LATEST_IN_FORCE = latest_in_force("c")
-
-
-def _refresh_latest_sql(keys: str) -> str:
-    """One window pass over the skills' versions in LATEST_ORDER (`keys`: a condition on `c`)."""
+def _refresh_latest_sql(keys: str, settled: str) -> str:
+    """One window pass over the skills' versions in LATEST_ORDER (`keys`: a condition on `c`;
+    `settled`: the placeholder of the moment CLOCK_SKEW_MARGIN before now)."""
     return f"""
         WITH ordered AS MATERIALIZED (
-            SELECT c.tenant, c.agent_id, c.skill_id, c.version, ({NOT_WITHDRAWN}) AS live,
-                   count(*) FILTER (WHERE {IN_FORCE}) OVER before AS in_force_before,
-                   min(c.effective_at) FILTER (WHERE {NOT_WITHDRAWN}) OVER before AS next_effective
+            SELECT c.tenant, c.agent_id, c.skill_id, c.version, ({not_withdrawn("c")}) AS live,
+                   count(*) FILTER (WHERE {in_force("c", settled)}) OVER before AS in_force_before,
+                   min(c.effective_at) FILTER (WHERE {not_withdrawn("c")}) OVER before AS next_effective
               FROM capability_versions c
              WHERE {keys}
             WINDOW before AS (PARTITION BY c.tenant, c.agent_id, c.skill_id ORDER BY {LATEST_ORDER}
@@ -92,7 +104,7 @@ def _refresh_latest_sql(keys: str) -> str:
            AND (u.latest IS DISTINCT FROM t.latest OR u.latest_until IS DISTINCT FROM t.latest_until)"""
 
 
-async def refresh_latest(conn: asyncpg.Connection, keys: list[tuple[str, str, str]]) -> None:
+async def refresh_latest(conn: asyncpg.Connection, keys: list[tuple[str, str, str]], *, now: datetime) -> None:
     """Re-derive the latest marker of the given (tenant, agent, skill) keys, in the writing
     transaction. Takes each agent's registration lock first (db.agents.lock_agent, in key order) so
     concurrent writers of one skill refresh one after the other, each seeing the other's rows."""
@@ -102,17 +114,18 @@ async def refresh_latest(conn: asyncpg.Connection, keys: list[tuple[str, str, st
         await lock_agent(conn, tenant, agent_id)
     await conn.execute(
         _refresh_latest_sql(
-            "(c.tenant, c.agent_id, c.skill_id) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))"
+            "(c.tenant, c.agent_id, c.skill_id) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))", "$4"
         ),
         [k[0] for k in keys],
         [k[1] for k in keys],
         [k[2] for k in keys],
+        now - CLOCK_SKEW_MARGIN,
     )
 
 
-async def refresh_all_latest(conn: asyncpg.Connection) -> None:
+async def refresh_all_latest(conn: asyncpg.Connection, *, now: datetime) -> None:
     """The latest marker of every skill (migration 0012's backfill; bench data inserted with SQL)."""
-    await conn.execute(_refresh_latest_sql("true"))
+    await conn.execute(_refresh_latest_sql("true", "$1"), now - CLOCK_SKEW_MARGIN)
 
 
 async def content_hashes(conn: asyncpg.Connection, tenant: str, agent_id: str) -> dict[tuple[str, str], str]:
@@ -124,7 +137,7 @@ async def content_hashes(conn: asyncpg.Connection, tenant: str, agent_id: str) -
     return {(r["skill_id"], r["version"]): r["content_hash"] for r in rows}
 
 
-async def insert_versions(conn: asyncpg.Connection, rows: list[dict[str, Any]]) -> None:
+async def insert_versions(conn: asyncpg.Connection, rows: list[dict[str, Any]], *, now: datetime) -> None:
     """Insert new capability versions (rows with the same keys) in one pipelined round trip. Their
     words go into the search lexicon once per batch (db.group_commit, WriteScope.index_words)."""
     if not rows:
@@ -135,7 +148,7 @@ async def insert_versions(conn: asyncpg.Connection, rows: list[dict[str, Any]]) 
         f"INSERT INTO capability_versions ({', '.join(columns)}) VALUES ({placeholders})",
         [tuple(row[column] for column in columns) for row in rows],
     )
-    await refresh_latest(conn, [(row["tenant"], row["agent_id"], row["skill_id"]) for row in rows])
+    await refresh_latest(conn, [(row["tenant"], row["agent_id"], row["skill_id"]) for row in rows], now=now)
 
 
 async def add_search_words(conn: asyncpg.Connection, texts: list[str]) -> None:
@@ -175,17 +188,18 @@ async def skill_versions(
 
 
 async def latest_per_skill(
-    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str, *, detail: bool = False
+    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str, *, now: datetime, detail: bool = False
 ) -> list[asyncpg.Record]:
-    """The newest in-force version of each of an agent's skills (releases preferred over pre-releases)."""
+    """The newest version of each of an agent's skills in force at `now` (releases preferred over pre-releases)."""
     columns = DETAIL_COLUMNS if detail else PUBLIC_COLUMNS
     return await conn.fetch(
         f"""SELECT DISTINCT ON (c.skill_id) {columns}, {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances
               FROM capability_versions c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
-             WHERE c.tenant = $1 AND c.agent_id = $2 AND {IN_FORCE}
+             WHERE c.tenant = $1 AND c.agent_id = $2 AND {in_force("c", "$3")}
              ORDER BY c.skill_id, {LATEST_ORDER}""",
         tenant,
         agent_id,
+        now,
     )
 
 
@@ -195,8 +209,9 @@ async def known_regions(conn: asyncpg.Connection | asyncpg.Pool) -> frozenset[st
     return frozenset(r["region"] for r in rows)
 
 
-async def snapshot_bounds(conn: asyncpg.Connection | asyncpg.Pool) -> tuple[int, Any]:
-    """The change sequence number now, and the next moment a version becomes effective (or None).
+async def snapshot_bounds(conn: asyncpg.Connection | asyncpg.Pool, *, now: datetime) -> tuple[int, Any]:
+    """The change sequence number now, and the next moment after `now` a version becomes effective
+    (or None).
 
     Read before a cached response's query: the response is at least as new as that sequence number,
     and what is in force changes by itself at that moment.
@@ -204,18 +219,17 @@ async def snapshot_bounds(conn: asyncpg.Connection | asyncpg.Pool) -> tuple[int,
     row = await conn.fetchrow(
         """SELECT (SELECT seq FROM change_head WHERE id = 1) AS seq,
                   (SELECT min(effective_at) FROM capability_versions
-                    WHERE effective_at > now() AND status <> 'retired') AS next_effective"""
+                    WHERE effective_at > $1::timestamptz AND status <> 'retired') AS next_effective""",
+        now,
     )
     return row["seq"], row["next_effective"]
 
 
 def visible_agents_filter(viewer_tenant: str | None, bind: Callable[[Any], str]) -> str:
     """The SQL condition on agents `a` that discovery (and ranked search) show `viewer_tenant`
-    (None: anonymous, public records only); `bind` adds a parameter and answers its placeholder.
-    Visibility is per agent."""
-    if viewer_tenant is None:
-        return "a.visibility = 'public'"
-    return VISIBLE_TO.format(t=bind(viewer_tenant))
+    (None: anonymous, public records only; nothing is bound); `bind` adds a parameter and answers
+    its placeholder. Visibility is per agent."""
+    return visible_to("a", None if viewer_tenant is None else bind(viewer_tenant))
 
 
 def _like_escape(text: str) -> str:
@@ -267,6 +281,7 @@ async def discover(
     latest_only: bool = True,
     after: tuple[str, str, str, str] | None = None,
     limit: int = 50,
+    now: datetime,
 ) -> list[asyncpg.Record]:
     """One page of public capability rows in (tenant, agent, skill, newest version first) order
     (with `q`, discovery asks db.ranked_search instead: ranked order).
@@ -289,7 +304,7 @@ async def discover(
     agent_filters.append(visible_agents_filter(viewer_tenant, bind))
     if healthy_only:
         agent_filters.append(HAS_LIVE_INSTANCE)
-    version_filters = [IN_FORCE]
+    version_filters = [in_force("c", bind(now))]
     if skill is not None:
         if skill.endswith("*"):
             version_filters.append(f"c.skill_id LIKE {bind(_like_escape(skill[:-1]) + '%')}")
@@ -382,7 +397,9 @@ async def deprecate_version(
     )
 
 
-async def retire_version(conn: asyncpg.Connection, tenant: str, agent_id: str, skill_id: str, version: str) -> None:
+async def retire_version(
+    conn: asyncpg.Connection, tenant: str, agent_id: str, skill_id: str, version: str, *, now: datetime
+) -> None:
     await conn.execute(
         """UPDATE capability_versions SET status = 'retired', updated_at = now()
             WHERE tenant = $1 AND agent_id = $2 AND skill_id = $3 AND version = $4""",
@@ -391,7 +408,7 @@ async def retire_version(conn: asyncpg.Connection, tenant: str, agent_id: str, s
         skill_id,
         version,
     )
-    await refresh_latest(conn, [(tenant, agent_id, skill_id)])
+    await refresh_latest(conn, [(tenant, agent_id, skill_id)], now=now)
 
 
 async def fixtures_of(
@@ -441,7 +458,9 @@ async def replay_subject(
     )
 
 
-async def release_candidate(conn: asyncpg.Connection, tenant: str, agent_id: str, skill_id: str, version: str) -> None:
+async def release_candidate(
+    conn: asyncpg.Connection, tenant: str, agent_id: str, skill_id: str, version: str, *, now: datetime
+) -> None:
     """A candidate whose replay passed becomes active."""
     await conn.execute(
         """UPDATE capability_versions SET status = 'active', updated_at = now()
@@ -451,4 +470,4 @@ async def release_candidate(conn: asyncpg.Connection, tenant: str, agent_id: str
         skill_id,
         version,
     )
-    await refresh_latest(conn, [(tenant, agent_id, skill_id)])
+    await refresh_latest(conn, [(tenant, agent_id, skill_id)], now=now)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import asyncpg
+
+from auth.policy import EFFECTIVE, VISIBLE
 
 CHANGE_CHANNEL = "capreg_changes"
 # A change to a candidate version (published as one, or retired while one): it moves the sequence,
@@ -48,21 +52,21 @@ async def current_seq(conn: asyncpg.Connection | asyncpg.Pool) -> int:
 
 
 async def changes_after(
-    conn: asyncpg.Connection | asyncpg.Pool, after: int, *, tenant: str | None, limit: int, upto: int
+    conn: asyncpg.Connection | asyncpg.Pool, after: int, *, tenant: str | None, limit: int, upto: int, now: datetime
 ) -> list[asyncpg.Record]:
     """Changes after `after` on records the caller's tenant may see (None: public records only).
 
-    A change on a version whose effectiveAt is still in the future is left out, as discovery leaves
+    A change on a version not yet effective at `now` (auth.policy.EFFECTIVE) is left out, as discovery leaves
     the version out; once it is effective, a `version.effective` change announces it (db.housekeeping).
     Changes to candidates are never shown: one passing its replay is announced as `version.published`.
     """
     return await conn.fetch(
-        """SELECT c.seq, c.kind, c.ref, c.at
+        f"""SELECT c.seq, c.kind, c.ref, c.at
              FROM changes c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
             WHERE c.seq > $1 AND c.seq <= $4 AND c.kind <> $5
-              AND (a.visibility = 'public' OR a.tenant = $2 OR $2 = ANY (a.shared_with))
+              AND {VISIBLE.sql("a", viewer="$2")}
               AND NOT EXISTS (SELECT 1 FROM capability_versions v
-                               WHERE v.tenant = c.tenant AND v.agent_id = c.agent_id AND v.effective_at > now()
+                               WHERE v.tenant = c.tenant AND v.agent_id = c.agent_id AND NOT {EFFECTIVE.sql("v", now="$6")}
                                  AND c.ref = v.tenant || '/' || v.agent_id || '/' || v.skill_id || '@' || v.version)
             ORDER BY c.seq LIMIT $3""",
         after,
@@ -70,4 +74,5 @@ async def changes_after(
         limit,
         upto,
         CANDIDATE_CHANGE_KIND,
+        now,
     )

@@ -3,8 +3,11 @@ announcing versions in the change feed when their effectiveAt arrives."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import asyncpg
 
+from auth.policy import IN_FORCE
 from db.agents import prune_lapsed_leases
 from db.changes import record_change
 
@@ -31,9 +34,10 @@ async def prune_leases(conn: asyncpg.Connection | asyncpg.Pool) -> int:
     return await prune_lapsed_leases(conn)
 
 
-async def announce_effective(conn: asyncpg.Connection) -> int:
-    """Record a `version.effective` change for each version whose future effectiveAt has arrived
-    (one replica at a time; the others skip). Returns how many were announced."""
+async def announce_effective(conn: asyncpg.Connection, *, now: datetime) -> int:
+    """Record a `version.effective` change for each version whose future effectiveAt has arrived by
+    `now`, so it is in force (auth.policy.IN_FORCE), one replica at a time (the others skip).
+    Returns how many were announced."""
     async with conn.transaction():
         mark = await conn.fetchval("SELECT at FROM effective_watermark WHERE id = 1 FOR UPDATE SKIP LOCKED")
         if mark is None:
@@ -41,14 +45,15 @@ async def announce_effective(conn: asyncpg.Connection) -> int:
         due = await conn.fetch(
             f"""SELECT v.tenant, v.agent_id, v.tenant || '/' || v.agent_id || '/' || v.skill_id || '@' || v.version AS ref
                   FROM capability_versions v
-                 WHERE v.effective_at > $1::timestamptz - interval '{_LOOKBACK}' AND v.effective_at <= now()
-                   AND v.published_at < v.effective_at AND v.status <> 'retired' AND v.status <> 'candidate'
+                 WHERE v.effective_at > $1::timestamptz - interval '{_LOOKBACK}' AND {IN_FORCE.sql("v", now="$2")}
+                   AND v.published_at < v.effective_at
                    AND NOT EXISTS (SELECT 1 FROM changes ch WHERE ch.kind = '{EFFECTIVE}'
                                     AND ch.ref = v.tenant || '/' || v.agent_id || '/' || v.skill_id || '@' || v.version)
                  ORDER BY v.effective_at""",
             mark,
+            now,
         )
         for row in due:
             await record_change(conn, EFFECTIVE, row["tenant"], row["agent_id"], row["ref"])
-        await conn.execute("UPDATE effective_watermark SET at = now() WHERE id = 1")
+        await conn.execute("UPDATE effective_watermark SET at = $1 WHERE id = 1", now)
         return len(due)

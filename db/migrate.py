@@ -12,9 +12,11 @@ _MIGRATION_LOCK = 0x6361_7072_6567  # "capreg"
 
 
 async def _backfill_latest(conn: asyncpg.Connection) -> None:
+    from datetime import UTC, datetime
+
     from db.capabilities import refresh_all_latest
 
-    await refresh_all_latest(conn)
+    await refresh_all_latest(conn, now=datetime.now(UTC))
 
 
 # Steps run in a migration's transaction right after its SQL: data derived by rules that live in

@@ -9,6 +9,7 @@ only in the description (C), and GIN indexes answer both the match and the lexic
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -17,12 +18,12 @@ import msgspec
 from db.agents import HEALTH_SQL, LIVE_INSTANCES_SQL
 from db.capabilities import (
     HAS_LIVE_INSTANCE,
-    IN_FORCE,
-    LATEST_IN_FORCE,
     LEASE_UNTIL_SQL,
     PUBLIC_COLUMNS,
     _like_escape,
     content_filter,
+    in_force,
+    latest_in_force,
     visible_agents_filter,
 )
 
@@ -111,14 +112,15 @@ async def ranked(
     latest_only: bool = True,
     after: tuple[int, str] | None = None,
     limit: int = 50,
+    now: datetime,
 ) -> list[asyncpg.Record]:
     """One page of capability rows matching `words.any_query`, best first: `score` (score_sql)
     descending, then `ref` bytewise.
 
     The queries are `to_tsquery('english', ...)` texts built by registry.discovery.ranking from words
     that hold only letters and digits (so nothing in them is an operator). Filters as in
-    db.capabilities.discover, decided on the latest version ("the latest, if it matches"). `after`
-    is the (score, ref) a page ended at.
+    db.capabilities.discover, decided on the latest version ("the latest, if it matches") in force
+    at `now`. `after` is the (score, ref) a page ended at.
     """
     params: list[Any] = []
 
@@ -148,8 +150,9 @@ async def ranked(
     score = score_sql(words)
     where_key = " AND ".join(key_filters) if key_filters else "true"
     # The GIN index finds matching versions; with `latest`, only those the latest marker holds (a
-    # partial index), each confirmed the latest in force now (db.capabilities.latest_in_force).
-    version_filter = LATEST_IN_FORCE if latest_only else IN_FORCE
+    # partial index), each confirmed the latest in force at `now` (db.capabilities.latest_in_force).
+    moment = bind(now)
+    version_filter = latest_in_force("c", moment) if latest_only else in_force("c", moment)
     ranked_rows = f"""
             ranked AS (
                 SELECT c.tenant, c.agent_id, c.skill_id, c.version, {score} AS score, {REF_SQL} AS ref_key

@@ -7,6 +7,7 @@ it in a worker process (registry.core.bounded_work); `apply_registration` writes
 from __future__ import annotations
 
 import hashlib
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -255,7 +256,7 @@ class RegistrationResult(msgspec.Struct):
 
 
 def candidate_baselines(stored: list[Any], new_skills: list[PreparedSkill]) -> dict[tuple[str, str], CandidateRef]:
-    """Which new versions are candidates: those whose baseline (registry.versions.semver.baseline) has
+    """Which new versions are candidates: those whose baseline (registry.versions.compatibility.verdict.baseline) has
     fixtures. The baseline is chosen among released versions (stored ones neither retired nor
     candidates, and new ones of the same request that are not candidates themselves), so a chain
     of candidates without fixtures can never step around a baseline's fixtures."""
@@ -393,7 +394,7 @@ async def apply_registration(
         row["status"] = "candidate" if candidate else "active"
         row["baseline"] = candidate.baseline if candidate else None
         rows.append(row)
-    await capability_queries.insert_versions(conn, rows)
+    await capability_queries.insert_versions(conn, rows, now=datetime.now(UTC))
     scope.index_words(*(row["search_text"] for row in rows))
     for skill in new_skills:
         version_ref = capability_ref(tenant, agent_id, skill.skill.id, skill.skill.version)

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
-from auth.policy import can_see, check_heartbeat, check_publish, not_found, sees_candidates
+from auth.policy import EFFECTIVE, can_see, check_heartbeat, check_publish, not_found, sees_candidates
 from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
@@ -136,10 +136,11 @@ async def agent_view_entry(registry: Registry, tenant: str, agent_id: str) -> Ca
     entry = registry.responses.get(key, registry.watcher.cache_seq(), time.monotonic())
     if entry is not None:
         return entry
+    now = datetime.now(UTC)
     async with registry.pool.acquire() as conn:
-        seq, next_effective = await capability_queries.snapshot_bounds(conn)
+        seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
         agent = await agent_queries.get_agent(conn, tenant, agent_id)
-        skills = await capability_queries.latest_per_skill(conn, tenant, agent_id) if agent else []
+        skills = await capability_queries.latest_per_skill(conn, tenant, agent_id, now=now) if agent else []
     if agent is None:
         return None
     body = msgspec.json.encode(agent_view(agent, skills))
@@ -148,7 +149,7 @@ async def agent_view_entry(registry: Registry, tenant: str, agent_id: str) -> Ca
         body=body,
         etag=etag_of(body),
         seq=seq,
-        expires=expiry(time.monotonic(), datetime.now(UTC), [next_effective, first_lapse]),
+        expires=expiry(time.monotonic(), now, [next_effective, first_lapse]),
         extra=(agent["visibility"], tuple(agent["shared_with"])),
     )
     registry.responses.put(key, entry, registry.watcher.cache_seq())
@@ -185,10 +186,13 @@ async def public_card_entry(
     key = ("agent-card", base_url, jku)
     entry = registry.responses.get(key, registry.watcher.cache_seq(), time.monotonic())
     if entry is None:
+        now = datetime.now(UTC)
         async with registry.pool.acquire() as conn:
-            seq, next_effective = await capability_queries.snapshot_bounds(conn)
+            seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
             agent = await agent_queries.get_agent(conn, tenant, agent_id)
-            rows = await capability_queries.latest_per_skill(conn, tenant, agent_id, detail=True) if agent else []
+            rows = (
+                await capability_queries.latest_per_skill(conn, tenant, agent_id, now=now, detail=True) if agent else []
+            )
         if agent is None:
             return None
         card = public_agent_card(agent["card"], [capability_version(row) for row in rows], base_url=base_url)
@@ -198,7 +202,7 @@ async def public_card_entry(
             body=body,
             etag=etag_of(body),
             seq=seq,
-            expires=expiry(time.monotonic(), datetime.now(UTC), [next_effective]),
+            expires=expiry(time.monotonic(), now, [next_effective]),
             extra=(agent["visibility"], tuple(agent["shared_with"])),
         )
         registry.responses.put(key, entry, registry.watcher.cache_seq())
@@ -219,7 +223,7 @@ async def skill_versions(
     registry: Registry, caller: Caller | None, tenant: str, agent_id: str, skill_id: str
 ) -> list[PublicCapability]:
     """Every version of a skill of an agent the caller may see, newest first; versions not yet
-    effective are not discoverable, so they stay hidden here too, and candidates are listed to
+    effective (auth.policy.EFFECTIVE) are not discoverable, so they stay hidden here too, and candidates are listed to
     their own tenant only (auth.policy.sees_candidates)."""
     agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
     if agent is None or not can_see(
@@ -232,7 +236,7 @@ async def skill_versions(
     items = [
         public_capability(r)
         for r in rows
-        if (r["effective_at"] is None or r["effective_at"] <= now) and (candidates_shown or r["status"] != "candidate")
+        if EFFECTIVE.holds(r, now=now) and (candidates_shown or r["status"] != "candidate")
     ]
     if not items:
         raise refused(not_found("skill"))

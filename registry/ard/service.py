@@ -429,11 +429,11 @@ def _entry(ctx: ArdContext, row: asyncpg.Record) -> ArdEntry:
 
 
 async def _entries(
-    conn: asyncpg.Connection, ctx: ArdContext, keys: list[tuple[str, str]]
+    conn: asyncpg.Connection, ctx: ArdContext, keys: list[tuple[str, str]], now: datetime
 ) -> tuple[list[ArdEntry], list]:
-    """Entries for the keys, in the keys' order, and the moments their lease figures change by
-    themselves (a cached answer ends at the first)."""
-    rows = {(r["tenant"], r["agent_id"]): r for r in await ard_queries.entry_rows(conn, keys)}
+    """Entries for the keys, in the keys' order, as in force at `now`, and the moments their lease
+    figures change by themselves (a cached answer ends at the first)."""
+    rows = {(r["tenant"], r["agent_id"]): r for r in await ard_queries.entry_rows(conn, keys, now=now)}
     found = [rows[key] for key in keys if key in rows]
     return [_entry(ctx, row) for row in found], [row["lease_until"] for row in found]
 
@@ -493,12 +493,14 @@ async def _computed(registry: Registry, key: tuple, compute: Callable[[], Awaita
 
 
 @contextlib.asynccontextmanager
-async def _snapshot(registry: Registry) -> AsyncIterator[tuple[asyncpg.Connection, int, list]]:
-    """One read-only snapshot, so a page and its entries come from the same moment; with the change
-    sequence and the next effective moment read first (db.capabilities.snapshot_bounds)."""
+async def _snapshot(registry: Registry) -> AsyncIterator[tuple[asyncpg.Connection, int, list, datetime]]:
+    """One read-only snapshot, so a page and its entries come from the same moment (the data's, and
+    `now`, the one the queries decide what is in force at); with the change sequence and the next
+    effective moment read first (db.capabilities.snapshot_bounds)."""
+    now = datetime.now(UTC)
     async with registry.pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
-        seq, next_effective = await capability_queries.snapshot_bounds(conn)
-        yield conn, seq, [next_effective]
+        seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
+        yield conn, seq, [next_effective], now
 
 
 async def search(registry: Registry, ctx: ArdContext, request: SearchRequest) -> Answer:
@@ -509,7 +511,7 @@ async def search(registry: Registry, ctx: ArdContext, request: SearchRequest) ->
     fingerprint = _fingerprint("search", ctx.viewer, text, request.query.filter)
     key = _page_key(request.page_token, "s", fingerprint, tuple[str, str, int, str])
     after = key[2:] if key is not None else None
-    async with _snapshot(registry) as (conn, seq, boundaries):
+    async with _snapshot(registry) as (conn, seq, boundaries, now):
         plan = await text_match(conn, text)
         if plan is None:
             return Answer(SearchResponse(results=[]), seq, boundaries)
@@ -520,9 +522,10 @@ async def search(registry: Registry, ctx: ArdContext, request: SearchRequest) ->
             text=plan,
             after=after,
             limit=request.page_size + 1,
+            now=now,
         )
         page = rows[: request.page_size]
-        entries, leases = await _entries(conn, ctx, [(r["tenant"], r["agent_id"]) for r in page])
+        entries, leases = await _entries(conn, ctx, [(r["tenant"], r["agent_id"]) for r in page], now)
     scores = {(r["tenant"], r["agent_id"]): r["score"] for r in page}
     results = [
         ArdSearchResult(
@@ -559,7 +562,7 @@ async def list_agents(
     where = list_filter(expression, ctx.publishers)
     fingerprint = _fingerprint("list", ctx.viewer, expression or "")
     key = _page_key(page_token, "l", fingerprint, tuple[str, str, str])
-    async with _snapshot(registry) as (conn, seq, boundaries):
+    async with _snapshot(registry) as (conn, seq, boundaries, now):
         rows = await ard_queries.identifier_page(
             conn,
             viewer_tenant=ctx.viewer,
@@ -567,9 +570,10 @@ async def list_agents(
             configured=ctx.publishers.configured,
             after=key[2] if key is not None else None,
             limit=page_size + 1,
+            now=now,
         )
         page = rows[:page_size]
-        entries, leases = await _entries(conn, ctx, [(r["tenant"], r["agent_id"]) for r in page])
+        entries, leases = await _entries(conn, ctx, [(r["tenant"], r["agent_id"]) for r in page], now)
     token = encode_cursor(["l", fingerprint, page[-1]["identifier"]]) if len(rows) > page_size else None
     return Answer(ListResponse(items=entries, page_token=token, next_page_token=token), seq, boundaries + leases)
 
@@ -583,11 +587,11 @@ async def lookup(registry: Registry, ctx: ArdContext, identifier: str) -> Answer
     if tenant is None:
         raise not_found("no such agent")
     where = EntryFilter(agent=(tenant, urn.agent_id))
-    async with _snapshot(registry) as (conn, seq, boundaries):
+    async with _snapshot(registry) as (conn, seq, boundaries, now):
         rows = await ard_queries.ranked_page(
-            conn, viewer_tenant=ctx.viewer, where=where, text=None, after=None, limit=1
+            conn, viewer_tenant=ctx.viewer, where=where, text=None, after=None, limit=1, now=now
         )
-        entries, leases = await _entries(conn, ctx, [(r["tenant"], r["agent_id"]) for r in rows])
+        entries, leases = await _entries(conn, ctx, [(r["tenant"], r["agent_id"]) for r in rows], now)
     if not entries:
         raise not_found("no such agent")
     return Answer(entries[0], seq, boundaries + leases)
@@ -607,7 +611,7 @@ async def explore(registry: Registry, ctx: ArdContext, request: ExploreRequest) 
             raise _bad(f"/resultType/facets/{i}/field", f"facet {facet.field!r} is requested twice")
         facets.append(FacetRequest(field=facet.field, limit=facet.limit, min_count=facet.min_count))
     short = where.health is not None or any(f.field == "metadata.capreg.health" for f in facets)
-    async with _snapshot(registry) as (conn, seq, boundaries):
+    async with _snapshot(registry) as (conn, seq, boundaries, now):
         text = None
         if query.text and query.text.strip():
             text = await text_match(conn, query.text)
@@ -621,6 +625,7 @@ async def explore(registry: Registry, ctx: ArdContext, request: ExploreRequest) 
             text=text,
             facets=facets,
             configured=ctx.publishers.configured,
+            now=now,
         )
     results = {f.field: FacetResult(buckets=[], other_count=0) for f in facets}
     for row in sorted((r for r in rows if not r["other"]), key=lambda r: r["rn"]):

@@ -35,6 +35,9 @@ SCHEMA_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 _ACCEPTED_SCHEMA_URIS = {SCHEMA_2020_12, SCHEMA_2020_12 + "#"}
 MAX_SCHEMA_DEPTH = 64
 MAX_SCHEMA_NODES = 100_000
+# How deep a JSON value checked against a registrant's schema may nest (tool-call arguments,
+# fixtures, replay outputs): one bound, so a value any check accepts every other check can walk.
+MAX_VALUE_DEPTH = 64
 
 # Keywords whose value is a map of name -> subschema, and keywords whose value is data (never a
 # schema, so a `$ref` key inside them is just data). Every other keyword's value is walked as a

@@ -22,6 +22,7 @@ How a query is answered:
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -141,9 +142,10 @@ async def rank(
     *,
     after: RankPosition | None = None,
     limit: int = 50,
+    now: datetime,
 ) -> list[Ranked]:
     """At most `limit` capabilities visible to `viewer` (registry.discovery.service.viewer_tenant) matching
-    `q`, best first, after `after`. A query with no word that counts matches nothing."""
+    `q`, best first, after `after`, as in force at `now`. A query with no word that counts matches nothing."""
     plan = await plan_text(conn, q)
     if plan is None:
         return []
@@ -163,6 +165,7 @@ async def rank(
         latest_only=filters.latest_only,
         after=(after.score, after.ref) if after is not None else None,
         limit=limit,
+        now=now,
     )
     return [
         Ranked(

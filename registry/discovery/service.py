@@ -268,10 +268,11 @@ async def _known_regions(registry: Registry) -> frozenset[str]:
     entry = registry.responses.get(("known-regions",), registry.watcher.cache_seq(), time.monotonic())
     if entry is not None:
         return entry.extra
+    now = datetime.now(UTC)
     async with registry.pool.acquire() as conn:
-        seq, _ = await capability_queries.snapshot_bounds(conn)
+        seq, _ = await capability_queries.snapshot_bounds(conn, now=now)
         regions = await capability_queries.known_regions(conn)
-    expires = expiry(time.monotonic(), datetime.now(UTC), [])
+    expires = expiry(time.monotonic(), now, [])
     registry.responses.put(
         ("known-regions",),
         CachedResponse(body=b"", etag="", seq=seq, expires=expires, extra=regions),
@@ -286,8 +287,9 @@ async def _query_page(registry: Registry, viewer: str | None, query: DiscoveryQu
     if query.q:
         return await _ranked_page(registry, viewer, query, rank)
     after = decode_cursor(query.cursor, tuple[str, str, str, str]) if query.cursor else None
+    now = datetime.now(UTC)
     async with registry.pool.acquire() as conn:
-        seq, next_effective = await capability_queries.snapshot_bounds(conn)
+        seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
         rows = await capability_queries.discover(
             conn,
             viewer_tenant=viewer,
@@ -302,10 +304,11 @@ async def _query_page(registry: Registry, viewer: str | None, query: DiscoveryQu
             tenant=query.tenant,
             status=query.status,
             healthy_only=query.health == "healthy",
+            now=now,
         )
     page = rows[: query.limit]
     next_cursor = page_cursor(page[-1]) if len(rows) > query.limit else None
-    return _encoded_page(page, next_cursor, seq, next_effective)
+    return _encoded_page(page, next_cursor, seq, next_effective, now)
 
 
 def search_filters(query: DiscoveryQuery, side_effect_max: int | None) -> ranking.SearchFilters:
@@ -329,22 +332,25 @@ async def _ranked_page(
     """A page of a discovery question with `q`: best first (registry.discovery.ranking), cursors in that order."""
     assert query.q
     after = ranking.decode_position(query.cursor) if query.cursor else None
+    now = datetime.now(UTC)
     async with registry.pool.acquire() as conn:
-        seq, next_effective = await capability_queries.snapshot_bounds(conn)
+        seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
         ranked = await ranking.rank(
-            conn, viewer, query.q, search_filters(query, rank), after=after, limit=query.limit + 1
+            conn, viewer, query.q, search_filters(query, rank), after=after, limit=query.limit + 1, now=now
         )
     page = [r.row for r in ranked[: query.limit]]
     next_cursor = ranking.encode_position(ranked[query.limit - 1].position) if len(ranked) > query.limit else None
-    return _encoded_page(page, next_cursor, seq, next_effective)
+    return _encoded_page(page, next_cursor, seq, next_effective, now)
 
 
-def _encoded_page(page: list[asyncpg.Record], next_cursor: str | None, seq: int, next_effective: Any) -> CachedResponse:
+def _encoded_page(
+    page: list[asyncpg.Record], next_cursor: str | None, seq: int, next_effective: Any, now: datetime
+) -> CachedResponse:
     body = _encoder.encode(DiscoveryPage(items=[public_capability(r) for r in page], next_cursor=next_cursor))
     # liveInstances drops when a lease lapses, and health flips at the last: the page is good until the first such moment.
     boundaries = [r["lease_until"] for r in page]
     boundaries.append(next_effective)
-    expires = expiry(time.monotonic(), datetime.now(UTC), boundaries)
+    expires = expiry(time.monotonic(), now, boundaries)
     return CachedResponse(body=body, etag=etag_of(body), seq=seq, expires=expires)
 
 
@@ -370,7 +376,9 @@ async def change_page(registry: Registry, viewer: str | None, *, after: int, wai
     deadline = time.monotonic() + wait
     while True:
         head = await change_queries.current_seq(registry.pool)
-        rows = await change_queries.changes_after(registry.pool, after, tenant=viewer, limit=limit, upto=head)
+        rows = await change_queries.changes_after(
+            registry.pool, after, tenant=viewer, limit=limit, upto=head, now=datetime.now(UTC)
+        )
         if rows:
             # A full page continues after its last item; otherwise everything up to head was seen,
             # including changes the caller may not see, which it need never rescan.

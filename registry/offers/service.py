@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import msgspec
@@ -230,10 +230,11 @@ class _Candidate(msgspec.Struct):
 async def _candidates(registry: Registry, caller: Caller, body: OfferRequest, rank: int | None) -> list[_Candidate]:
     """Matching capabilities the caller may see, latest per agent and skill, best first."""
     tags = tuple(body.tags) if body.tags else None
+    now = datetime.now(UTC)
     async with registry.pool.acquire() as conn:
         if body.need is not None:
             filters = ranking.SearchFilters(skill=body.skill, tags=tags, side_effect_max=rank)
-            found = await ranking.rank(conn, caller.tenant, body.need, filters, limit=CANDIDATES_MAX)
+            found = await ranking.rank(conn, caller.tenant, body.need, filters, limit=CANDIDATES_MAX, now=now)
             return [_Candidate(r.row, r.position.score, r.relevance) for r in found]
         rows = await capability_queries.discover(
             conn,
@@ -242,6 +243,7 @@ async def _candidates(registry: Registry, caller: Caller, body: OfferRequest, ra
             tags=list(tags) if tags else None,
             side_effect_max=rank,
             limit=CANDIDATES_MAX,
+            now=now,
         )
     # A skill named without words: every match is as relevant as the next.
     return [_Candidate(row, 0, 1.0) for row in rows]

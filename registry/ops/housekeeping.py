@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from datetime import UTC, datetime
 
 from db import housekeeping as queries
 
@@ -21,7 +22,7 @@ async def run_housekeeping(registry) -> None:
     while True:
         try:
             async with registry.pool.acquire() as conn:
-                await queries.announce_effective(conn)
+                await queries.announce_effective(conn, now=datetime.now(UTC))
                 if time.monotonic() >= next_prune:
                     keys, approvals = await queries.prune(conn, registry.settings.retention_days)
                     next_prune = time.monotonic() + PRUNE_SECONDS

@@ -21,11 +21,11 @@ import msgspec
 
 from registry.core.bounded_work import WorkFailed, WorkTimedOut, run_bounded
 from registry.core.json_pointer import escape_token, unescape_token
-from registry.core.schema_guard import SchemaRejected, cached_validator, pattern_matches
+from registry.core.schema_guard import MAX_VALUE_DEPTH, SchemaRejected, cached_validator, pattern_matches
 from registry.core.wire import Wire
 
 MAX_TEXT_BYTES = 1024 * 1024
-MAX_DEPTH = 64
+MAX_DEPTH = MAX_VALUE_DEPTH
 # Scanning restarts at each `{` that did not start an object; without caps, hostile text (many
 # unclosed or invalid candidates) would cost time quadratic in its length.
 SCAN_BUDGET_CHARS = 2 * MAX_TEXT_BYTES

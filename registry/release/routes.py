@@ -95,7 +95,7 @@ async def get_extended_agent_card(request: Request, tenant: TenantPath, agent_id
 
 async def serve_extended_card(request: Request, tenant: str, agent_id: str) -> dict:
     """The one path to the extended card, for both A2A bindings (HTTP+JSON here, JSON-RPC in
-    registry.agents.a2a_rpc_routes): authenticate, then release through the service, audited there."""
+    registry.a2a.routes): authenticate, then release through the service, audited there."""
     registry = registry_of(request)
     caller = await authenticate(request)
     registry_url = registry.public_url()

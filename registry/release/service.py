@@ -1,21 +1,23 @@
 """Detail release (docs/api.md#detail-release), the service: resolve the version a caller asks for,
 run the checks in order (auth.policy.decide_release), audit the outcome, then hand back what was
-released. The HTTP routes (registry.release.routes) and the MCP tools (registry.mcp.server) both call
+released. The HTTP routes (registry.release.routes) and the MCP tools (registry.mcp.tools) both call
 `release`, so a capability is released, refused and audited the same way whichever door the caller
-came through.
+came through. Visibility is decided once per request: by `decide_release`'s first check (detail,
+tools, validation, tickets), or, for the extended card, once for the agent before its skills.
 
 The version choice, shapes and events below are pure functions over stored rows and
 `CapabilityVersion`s: no I/O and no clock (callers pass `now`); only `release` reads and writes.
 
 Decisions docs/api.md#version-selection and #release-audit record:
-- `latest` is the version discovery shows as latest: the newest in-force release, or the newest
-  in-force pre-release when a skill has no release yet. Ranges follow `registry.versions.semver`
-  (npm semantics: pre-releases only when the range names one of the same core).
+- `latest` is the version discovery shows as latest: the first in force in auth.policy.LATEST_ORDER
+  (the newest in-force release, or the newest in-force pre-release while a skill has no release).
+  Ranges follow `registry.versions.semver` (npm semantics: pre-releases only when the range names
+  one of the same core).
 - An exact version not yet effective (`effectiveAt` in the future) does not exist yet: 404.
 - Every audit event names the path's tenant as `tenant` (the record's owner sees probes of its
   records, including those that do not exist) and the caller's as `actorTenant`. A record the
-  caller may not see is never resolved, so its `ref` is the request as written
-  (`tenant/agentId/skill@<requested version>`), never the version it would resolve to.
+  caller may not see is answered as a missing one, so its `ref` is the request as written
+  (`tenant/agentId/skill@<requested version>`), never the version it resolves to.
 """
 
 from __future__ import annotations
@@ -26,7 +28,19 @@ from typing import Any, Literal
 
 import msgspec
 
-from auth.policy import NOT_FOUND, NOT_FOUND_CODE, CapabilityGate, Refusal, can_see, decide_release, not_found
+from auth.policy import (
+    EFFECTIVE,
+    IN_FORCE,
+    LATEST_ORDER,
+    NOT_FOUND,
+    NOT_FOUND_CODE,
+    CapabilityGate,
+    Refusal,
+    can_see,
+    decide_release,
+    decide_release_of_visible,
+    not_found,
+)
 from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
@@ -67,34 +81,28 @@ def parse_version_request(text: str) -> VersionRequest:
     return VersionRequest(text, exact=True)
 
 
-def in_force(cap: CapabilityVersion, now: datetime) -> bool:
-    """Not retired, not a candidate (docs/api.md#the-replay-gate), and effective (no `effectiveAt`,
-    or one not in the future): db.capabilities.IN_FORCE, for versions already read."""
-    return cap.status not in ("retired", "candidate") and (cap.effective_at is None or cap.effective_at <= now)
-
-
 def choose_version(
-    caps: Sequence[CapabilityVersion], request: VersionRequest, *, now: datetime
-) -> CapabilityVersion | None:
-    """The version `request` names among one skill's versions, or None.
+    versions: Sequence[tuple[CapabilityVersion, Any]], request: VersionRequest, *, now: datetime
+) -> tuple[CapabilityVersion, Any] | None:
+    """The version `request` names among one skill's versions (each with its stored row), or None.
 
     An exact request may name a retired version (the policy answers 410 for it) or a candidate
-    (the policy lets only its own tenant have it); `latest` and ranges consider only versions in force.
+    (the policy lets only its own tenant have it), once effective; `latest` and ranges consider only
+    versions in force (auth.policy.EFFECTIVE and IN_FORCE, the rules the queries render, at `now`).
+    `latest` is the first of those in auth.policy.LATEST_ORDER, the order discovery's queries sort
+    by: the newest release, or while a skill has none in force its newest pre-release.
     """
-    if request.exact:
-        candidates = [c for c in caps if c.effective_at is None or c.effective_at <= now]
-    else:
-        candidates = [c for c in caps if in_force(c, now)]
-    parsed = [(Version.parse(c.version), c) for c in candidates]
-    versions = [v for v, _ in parsed]
-    chosen = resolve(request.text, versions)
-    if chosen is None and request.text == LATEST:
-        # No release yet: the newest pre-release, as discovery shows it.
-        chosen = max(versions, default=None)
+    rule = EFFECTIVE if request.exact else IN_FORCE
+    candidates = [(cap, row) for cap, row in versions if rule.holds(row, now=now)]
+    if request.text == LATEST:
+        latest = LATEST_ORDER.first(row for _, row in candidates)
+        return next(((cap, row) for cap, row in candidates if row is latest), None)
+    parsed = [(Version.parse(cap.version), cap, row) for cap, row in candidates]
+    chosen = resolve(request.text, [v for v, _, _ in parsed])
     if chosen is None:
         return None
     # resolve() answers one of the candidates itself; identity tells apart equal-precedence builds.
-    return next(c for v, c in parsed if v is chosen)
+    return next((cap, row) for v, cap, row in parsed if v is chosen)
 
 
 # --- What is released ----------------------------------------------------------------------------
@@ -237,7 +245,7 @@ ToolFormat = Literal["openai", "mcp"]
 
 
 class Released(msgspec.Struct, frozen=True):
-    """A capability version the caller may see (and, once `release` returns it, passed the checks
+    """A resolved capability version (once `release` returns it, one the caller passed the checks
     for), with the rows it came from."""
 
     cap: CapabilityVersion
@@ -252,25 +260,22 @@ class Released(msgspec.Struct, frozen=True):
         return CapabilityGate.of(self.cap, visibility=self.agent["visibility"], shared_with=self.agent["shared_with"])
 
 
-async def visible_version(
-    registry: Registry, caller: Caller, tenant: str, agent_id: str, skill_id: str, wanted: VersionRequest
+async def resolve_version(
+    registry: Registry, tenant: str, agent_id: str, skill_id: str, wanted: VersionRequest
 ) -> Released | None:
     """The one resolution of the version a request names (docs/api.md#version-selection), for detail,
-    tools, validation and tickets alike: the agent must be one the caller may see, then
-    `choose_version` picks among the skill's versions. None is "no such capability version"
-    (missing or invisible, indistinguishable). What may then be done with it is policy's
-    (`decide_release`, `decide_ticket_target`)."""
+    tools, validation and tickets alike: `choose_version` among the skill's versions. None is "no
+    such capability version". Whether the caller may know of it, and what may then be done with it,
+    is policy's, decided next (`decide_release`, `decide_ticket_target`: visibility first, so an
+    invisible version answers as a missing one), never here, so it is decided once."""
     skill = await skill_record(registry, tenant, agent_id, skill_id)
     agent = skill.agent
-    if agent is None or not can_see(
-        caller, tenant=tenant, visibility=agent["visibility"], shared_with=agent["shared_with"]
-    ):
+    if agent is None:
         return None
-    chosen = choose_version([cap for cap, _ in skill.versions], wanted, now=datetime.now(UTC))
+    chosen = choose_version(skill.versions, wanted, now=datetime.now(UTC))
     if chosen is None:
         return None
-    row = next(row for cap, row in skill.versions if cap is chosen)
-    return Released(cap=chosen, row=row, agent=agent)
+    return Released(cap=chosen[0], row=chosen[1], agent=agent)
 
 
 async def release(
@@ -308,7 +313,7 @@ async def release(
             trace_id=trace_id,
         )
 
-    found = await visible_version(registry, caller, tenant, agent_id, skill_id, wanted)
+    found = await resolve_version(registry, tenant, agent_id, skill_id, wanted)
     if found is None:
         raise await denied(NOT_FOUND, ref=ref)
     refusal = decide_release(caller, found.gate(), exact_version=wanted.exact)
@@ -358,7 +363,8 @@ async def extended_card(
 ) -> dict[str, Any]:
     """The A2A extended agent card, signed by the registry (`jku` names its JWKS): the latest
     in-force version of each skill whose checks the caller passes (each check audited), or the
-    withheld card when none passes; 404 for an invisible agent."""
+    withheld card when none passes; 404 for an invisible agent (decided once, for the agent: each
+    skill then takes the checks after visibility)."""
     agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
     if agent is None or not can_see(
         caller, tenant=agent["tenant"], visibility=agent["visibility"], shared_with=agent["shared_with"]
@@ -372,12 +378,14 @@ async def extended_card(
             ref=agent_ref(tenant, agent_id),
             trace_id=trace_id,
         )
-    rows = await capability_queries.latest_per_skill(registry.pool, tenant, agent_id, detail=True)
+    rows = await capability_queries.latest_per_skill(
+        registry.pool, tenant, agent_id, now=datetime.now(UTC), detail=True
+    )
     passed, events = [], []
     for row in rows:
         cap = capability_version(row)
         gate = CapabilityGate.of(cap, visibility=agent["visibility"], shared_with=agent["shared_with"])
-        refusal = decide_release(caller, gate, exact_version=False)
+        refusal = decide_release_of_visible(caller, gate, exact_version=False)
         events.append(
             release_event(caller, tenant=tenant, ref=cap.ref, refusal=refusal, scopes=cap.scopes, trace_id=trace_id)
         )

@@ -52,12 +52,13 @@ async def skill_record(registry: Registry, tenant: str, agent_id: str, skill_id:
     entry = registry.release_cache.get(key, registry.watcher.cache_seq(), time.monotonic())
     if entry is not None:
         return entry.extra
+    now = datetime.now(UTC)
     async with registry.pool.acquire() as conn:
-        seq, next_effective = await capability_queries.snapshot_bounds(conn)
+        seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
         agent = await agent_queries.get_agent(conn, tenant, agent_id)
         rows = await capability_queries.skill_versions(conn, tenant, agent_id, skill_id, detail=True) if agent else []
     record = SkillRecord(agent=agent, versions=[(capability_version(row), row) for row in rows])
-    expires = expiry(time.monotonic(), datetime.now(UTC), [next_effective], max_age=DEFAULT_MAX_AGE)
+    expires = expiry(time.monotonic(), now, [next_effective], max_age=DEFAULT_MAX_AGE)
     registry.release_cache.put(
         key, CachedResponse(body=b"", etag="", seq=seq, expires=expires, extra=record), registry.watcher.cache_seq()
     )

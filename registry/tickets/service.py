@@ -60,7 +60,7 @@ from registry.core.records import capability_ref
 from registry.core.refusals import refuse
 from registry.core.tracing import current_request_id
 from registry.core.wire import Wire
-from registry.release.service import parse_version_request, visible_version
+from registry.release.service import parse_version_request, resolve_version
 from registry.state import Registry
 from registry.versions.semver import InvalidRange
 
@@ -253,7 +253,7 @@ async def verified_ticket(registry: Registry, token: str) -> TicketClaims:
 async def resolve_target(registry: Registry, caller: Caller, req: TicketRequest) -> Target:
     """The capability version of a ticket request, as the caller may see it (400, 404, 410 otherwise).
 
-    Resolution is detail release's (registry.release.service.visible_version), so `latest` and ranges name
+    Resolution is detail release's (registry.release.service.resolve_version), so `latest` and ranges name
     the same version for a ticket as for the schemas; whether it may be a ticket's target is
     auth.policy.decide_ticket_target (docs/api.md#request-a-ticket).
     """
@@ -264,7 +264,7 @@ async def resolve_target(registry: Registry, caller: Caller, req: TicketRequest)
         raise invalid_request(
             "version is not a version, `latest` or a range", [ErrorItem(path="/version", message=str(exc))]
         ) from None
-    found = await visible_version(registry, caller, tenant, agent_id, req.skill, wanted)
+    found = await resolve_version(registry, tenant, agent_id, req.skill, wanted)
     if found is None:
         raise refused(NOT_FOUND)
     refusal = decide_ticket_target(caller, found.gate(), exact_version=wanted.exact)

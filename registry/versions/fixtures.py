@@ -15,15 +15,14 @@ import msgspec
 from registry.core.json_pointer import escape_token
 from registry.core.problems import ErrorItem
 from registry.core.records import MAX_FIXTURE_BYTES, SIDE_EFFECT_ORDER, Fixture, SkillRegistration
-from registry.core.schema_guard import SchemaRejected, cached_validator
-from registry.release.arguments import MAX_DEPTH
+from registry.core.schema_guard import MAX_VALUE_DEPTH, SchemaRejected, cached_validator
 
 _encoder = msgspec.json.Encoder(order="sorted")
 # A validator's findings quoted in one error message at most.
 _MAX_FINDINGS = 5
 
 
-def json_depth(value: Any, limit: int = MAX_DEPTH) -> int:
+def json_depth(value: Any, limit: int = MAX_VALUE_DEPTH) -> int:
     """Nesting depth of containers (1 for a scalar), counted up to `limit + 1` (iterative: no
     recursion on hostile input)."""
     deepest = 1
@@ -42,7 +41,7 @@ def json_depth(value: Any, limit: int = MAX_DEPTH) -> int:
 
 def json_equal(a: Any, b: Any) -> bool:
     """JSON equality: numbers by value (1 equals 1.0), but a boolean is never a number (Python's
-    `True == 1` is not JSON's). Callers bound the depth (MAX_DEPTH) before comparing."""
+    `True == 1` is not JSON's). Callers bound the depth (MAX_VALUE_DEPTH) before comparing."""
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a == b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
@@ -140,8 +139,8 @@ def _one_fixture_errors(
     if fixture.expect.output is not msgspec.UNSET:
         checks = [*checks, (f"{at}/expect/output", fixture.expect.output, outputs, "outputSchema")]
     for pointer, value, validator, schema_name in checks:
-        if json_depth(value) > MAX_DEPTH:
-            errors.append(ErrorItem(path=pointer, message=f"nested deeper than {MAX_DEPTH} levels"))
+        if json_depth(value) > MAX_VALUE_DEPTH:
+            errors.append(ErrorItem(path=pointer, message=f"nested deeper than {MAX_VALUE_DEPTH} levels"))
             continue
         if validator is None:
             continue

@@ -5,7 +5,7 @@ notification, and audited (allowed or denied). The SQL is db/capabilities.py."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 
 import msgspec
 
@@ -74,7 +74,9 @@ async def retire(registry: Registry, caller: Caller, key: VersionKey, *, trace_i
     async def apply(conn, status: str) -> bool:
         if status == "retired":
             return False  # retiring twice changes nothing
-        await capability_queries.retire_version(conn, key.tenant, key.agent_id, key.skill_id, key.version)
+        await capability_queries.retire_version(
+            conn, key.tenant, key.agent_id, key.skill_id, key.version, now=datetime.now(UTC)
+        )
         return True
 
     return await _change(registry, caller, key, RETIRED, apply, trace_id=trace_id)

@@ -18,9 +18,8 @@ import msgspec
 
 from registry.core.problems import ErrorItem
 from registry.core.records import OUTCOME_PATTERN, SIDE_EFFECT_ORDER, Fixture, SideEffect
-from registry.core.schema_guard import SchemaRejected, cached_validator
+from registry.core.schema_guard import MAX_VALUE_DEPTH, SchemaRejected, cached_validator
 from registry.core.wire import Wire
-from registry.release.arguments import MAX_DEPTH
 from registry.versions.fixtures import first_difference, json_depth, schema_findings
 
 MAX_RESULTS = 1000
@@ -113,8 +112,10 @@ def report_errors(report: ReplayReport) -> list[ErrorItem]:
                 ErrorItem(path=f"/results/{index}/fixture", message=f"fixture {result.fixture!r} has two results")
             )
         seen.add(result.fixture)
-        if result.output is not msgspec.UNSET and json_depth(result.output) > MAX_DEPTH:
-            errors.append(ErrorItem(path=f"/results/{index}/output", message=f"nested deeper than {MAX_DEPTH} levels"))
+        if result.output is not msgspec.UNSET and json_depth(result.output) > MAX_VALUE_DEPTH:
+            errors.append(
+                ErrorItem(path=f"/results/{index}/output", message=f"nested deeper than {MAX_VALUE_DEPTH} levels")
+            )
     return errors
 
 

@@ -7,7 +7,7 @@ db/replays.py.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import msgspec
@@ -156,7 +156,9 @@ async def submit(
             )
         )
         if not failures:
-            await capability_queries.release_candidate(scope.conn, tenant, agent_id, skill_id, version)
+            await capability_queries.release_candidate(
+                scope.conn, tenant, agent_id, skill_id, version, now=datetime.now(UTC)
+            )
             scope.change(PUBLISHED, tenant, agent_id, ref)  # announced now, as if published now
 
     try:

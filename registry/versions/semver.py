@@ -312,7 +312,8 @@ def _expand_full(operator: str, version: Version) -> list[Comparator]:
 def resolve(spec: str, versions: Iterable[Version]) -> Version | None:
     """The version `spec` asks for among `versions`, or None when nothing fits.
 
-    `spec` is `latest` (newest release; pre-releases are never "latest"), an exact version (returned
+    `spec` is `latest` (newest release; pre-releases are never semver's "latest": a skill's latest
+    version is auth.policy.LATEST_ORDER's, registry.release.service.choose_version), an exact version (returned
     when present; an exact spec with build metadata must match it too), or a range (newest match).
     Raises InvalidRange when `spec` is none of these. The answer is one of the given objects itself
     (not a copy), so callers can map it back to their records by identity.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from datetime import UTC, datetime
 from urllib.parse import quote
 
 import pytest
@@ -677,6 +678,7 @@ async def test_list_pages_read_per_tenant_agree_with_the_whole_matched_set(clien
                     configured=configured,
                     after=None,
                     limit=100_000,
+                    now=datetime.now(UTC),
                 )
                 paged, after = [], None
                 while True:
@@ -687,6 +689,7 @@ async def test_list_pages_read_per_tenant_agree_with_the_whole_matched_set(clien
                         configured=configured,
                         after=after,
                         limit=7,
+                        now=datetime.now(UTC),
                     )
                     paged += rows
                     if len(rows) < 7:

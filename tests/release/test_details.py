@@ -242,6 +242,29 @@ async def test_version_resolution(client, mint, versions, requested, resolved):
     assert response.json()["version"] == resolved
 
 
+async def test_latest_is_a_pre_release_only_while_the_skill_has_no_release(client, mint, tenant):
+    """`latest` is discovery's latest (auth.policy.LATEST_ORDER): the newest pre-release while no
+    release is in force, the release once one is, in detail and discovery alike."""
+    publish = mint(tenant, "publisher", "registry:publish")
+    caller = mint(tenant, "router", "invoice:write", regions=["eu"])
+    skill = BILLING["skills"][1]
+
+    async def latest() -> tuple[str, list[str]]:
+        detail = await client.get(path(tenant, "pre", skill["id"], "latest"), headers=caller)
+        assert detail.status_code == 200, detail.text
+        listed = await client.get("/v1/capabilities", params={"tenant": tenant, "agent": "pre"}, headers=caller)
+        return detail.json()["version"], [item["version"] for item in listed.json()["items"]]
+
+    for version, expected in (("1.0.0-rc.1", "1.0.0-rc.1"), ("1.0.0-rc.2", "1.0.0-rc.2"), ("1.0.0", "1.0.0")):
+        body = {**BILLING, "skills": [{**skill, "version": version}]}
+        response = await client.put(f"/v1/agents/{tenant}/pre", json=body, headers=publish)
+        assert response.status_code == 201, response.text
+        assert await latest() == (expected, [expected])
+    body = {**BILLING, "skills": [{**skill, "version": "1.1.0-rc.1"}]}
+    assert (await client.put(f"/v1/agents/{tenant}/pre", json=body, headers=publish)).status_code == 201
+    assert await latest() == ("1.0.0", ["1.0.0"])  # a pre-release is never latest while a release is in force
+
+
 async def test_retired_exact_is_410_and_ranges_skip_it(client, mint, versions, db):
     caller = mint(versions, "router", "invoice:write", regions=["eu"])
     retired = await client.get(path(versions, "b", "invoice.mark-paid", "2.1.0"), headers=caller)
