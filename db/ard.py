@@ -336,7 +336,8 @@ async def facet_counts(
     with the entries counted in the buckets beyond `limit`. Counted over the whole matched set."""
     query = Query()
     ctes = matched_ctes(query.bind, viewer_tenant, where, text)
-    publisher = publisher_sql("m.tenant", query.bind, configured)
+    # Bound only when asked for: a parameter the statement never names has no type (500).
+    publisher = publisher_sql("m.tenant", query.bind, configured) if any(f.field == "publisher" for f in facets) else ""
     groups = " UNION ALL ".join(
         f"SELECT {query.bind(facet.field)}::text AS field, g.value, g.n FROM ({_facet_groups(facet.field, publisher)}) g"
         for facet in facets
