@@ -355,7 +355,8 @@ async def facet_counts(
     with the entries counted in the buckets beyond `limit`. Counted over the whole matched set."""
     query = Query(now)
     ctes = matched_ctes(query.bind, viewer_tenant, where, text, now=query.now)
-    publisher = publisher_sql("m.tenant", query.bind, configured)
+    # Bound only when asked for: a parameter the statement never names has no type (500).
+    publisher = publisher_sql("m.tenant", query.bind, configured) if any(f.field == "publisher" for f in facets) else ""
     groups = " UNION ALL ".join(
         f"SELECT {query.bind(facet.field)}::text AS field, g.value, g.n FROM ({_facet_groups(facet.field, publisher, query.now)}) g"
         for facet in facets

@@ -13,6 +13,20 @@ async def publisher_keys(conn: asyncpg.Connection | asyncpg.Pool, tenant: str) -
 
 
 async def set_publisher_keys(conn: asyncpg.Connection, tenant: str, keys: list[dict]) -> None:
+    """Replace the tenant's keys. An agent last registered under a kid now bound to another key
+    loses its unchanged fast path (registration_state compares kids only): the same bytes are
+    verified again, against the new key."""
+    await conn.execute(
+        """UPDATE agents a SET registration_hash = NULL
+             FROM publisher_keys p, jsonb_array_elements(p.jwks -> 'keys') old_key,
+                  jsonb_array_elements($2::jsonb -> 'keys') new_key
+            WHERE p.tenant = $1 AND a.tenant = $1 AND a.registration_hash IS NOT NULL
+              AND a.publisher_kid = old_key ->> 'kid' AND new_key ->> 'kid' = old_key ->> 'kid'
+              AND (new_key ->> 'kty', new_key ->> 'crv', new_key ->> 'x', new_key ->> 'y')
+                  IS DISTINCT FROM (old_key ->> 'kty', old_key ->> 'crv', old_key ->> 'x', old_key ->> 'y')""",
+        tenant,
+        {"keys": keys},
+    )
     await conn.execute(
         """INSERT INTO publisher_keys (tenant, jwks) VALUES ($1, $2)
            ON CONFLICT (tenant) DO UPDATE SET jwks = EXCLUDED.jwks, updated_at = now()""",

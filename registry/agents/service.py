@@ -183,7 +183,9 @@ async def public_card_entry(
 ) -> CachedResponse | None:
     """The encoded, signed public card of an agent whoever may see it (None: no such agent), from
     the per-process cache; visibility is the caller's to check (`visible_card`)."""
-    key = ("agent-card", base_url, jku)
+    # Keyed by the signing key too: a rotation changes no record, and a card cached with the
+    # signature of a key since removed from the JWKS would not verify.
+    key = ("agent-card", base_url, jku, registry.keyring.signing_kid)
     entry = registry.responses.get(key, registry.watcher.cache_seq(), time.monotonic())
     if entry is None:
         now = datetime.now(UTC)

@@ -22,6 +22,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Annotated
 
 import httpx
 import msgspec
@@ -44,14 +45,18 @@ class Proof(msgspec.Struct, rename="camel"):
     index: int
 
 
+Sha256Hex = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+
+
 class State(msgspec.Struct, rename="camel"):
-    """What `--state FILE` keeps between runs."""
+    """What `--state FILE` keeps between runs. A file that no run could have written (a chainSeq
+    below 1, a hash that is no SHA-256 hex) cannot be checked against (exit 2), not a tampered chain."""
 
     url: str
     chain: str
-    chain_seq: int
-    hash: str
-    anchor: str
+    chain_seq: Annotated[int, msgspec.Meta(ge=1)]
+    hash: Sha256Hex
+    anchor: Sha256Hex
 
 
 class Unchecked(Exception):

@@ -122,7 +122,8 @@ class OfferAnswer(Wire):
 
 def parse_request(body: OfferRequest, *, max_ttl: int) -> int | None:
     """Check what the body's types cannot say; answers sideEffectMax's rank. 400 with pointers."""
-    if body.need is None and body.skill is None:
+    # An empty `need` is no need, as an empty `q` is no `q` in discovery.
+    if not body.need and body.skill is None:
         raise invalid_request(
             "an offer needs `need` or `skill`",
             [
@@ -232,7 +233,7 @@ async def _candidates(registry: Registry, caller: Caller, body: OfferRequest, ra
     tags = tuple(body.tags) if body.tags else None
     now = datetime.now(UTC)
     async with registry.pool.acquire() as conn:
-        if body.need is not None:
+        if body.need:
             filters = ranking.SearchFilters(skill=body.skill, tags=tags, side_effect_max=rank)
             found = await ranking.rank(conn, caller.tenant, body.need, filters, limit=CANDIDATES_MAX, now=now)
             return [_Candidate(r.row, r.position.score, r.relevance) for r in found]

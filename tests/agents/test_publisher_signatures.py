@@ -239,6 +239,26 @@ async def test_keys_set_after_an_unsigned_registration_require_a_signature(clien
     assert again.status_code == 400 and again.json()["code"] == "signature_required"
 
 
+async def test_a_kid_bound_to_another_key_refuses_the_bytes_the_old_key_signed(client, admin, publish, tenant):
+    """The exact bytes last applied, sent again after their kid was bound to another key, are checked
+    against that key and refused (they were answered 200 unchanged: the fast path compared kids only)."""
+    url = f"/v1/agents/{tenant}/billing-agent"
+    pem, key = ed25519("k")
+    assert (
+        await client.put(f"/v1/tenants/{tenant}/publisher-keys", json={"keys": [key]}, headers=admin)
+    ).status_code == 200
+    body = signed_body(example("billing-agent.json"), pem, "k")
+    headers = publish | {"content-type": "application/json"}
+    assert (await client.put(url, content=body, headers=headers)).status_code == 201
+    assert (await client.put(url, content=body, headers=headers)).status_code == 200  # unchanged
+    _, other = ed25519("k")
+    assert (
+        await client.put(f"/v1/tenants/{tenant}/publisher-keys", json={"keys": [other]}, headers=admin)
+    ).status_code == 200
+    again = await client.put(url, content=body, headers=headers)
+    assert again.status_code == 400 and again.json()["code"] == "signature_invalid", again.text
+
+
 @hypothesis_settings(max_examples=40, deadline=None)
 @given(
     st.dictionaries(

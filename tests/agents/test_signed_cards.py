@@ -104,6 +104,20 @@ async def test_cards_signed_before_a_rotation_verify_while_the_key_is_published(
         verify(before.content, without_old)
 
 
+async def test_the_cached_public_card_follows_a_key_removal(client, registry, db, billing):
+    """After `capreg keys rotate --keep-seconds 0` the public card is signed by a key the JWKS holds
+    at once: the cached card signed by the removed key was served until the cache entry expired."""
+    url = f"/v1/agents/{billing}/billing-agent/.well-known/agent-card.json"
+    before = await client.get(url)
+    async with db.acquire() as conn:
+        await rotate_key(conn, timedelta(0))
+    await registry.refresh_keyring(force=True)  # what every replica's key watcher does
+    jwks = (await client.get("/.well-known/jwks.json")).json()
+    old_kid = json.loads(_b64decode(before.json()["signatures"][0]["protected"]))["kid"]
+    assert old_kid not in {key["kid"] for key in jwks["keys"]}
+    verify((await client.get(url)).content, jwks)
+
+
 async def test_a_card_version_is_signed_once(client, registry, billing):
     url = f"/v1/agents/{billing}/billing-agent/.well-known/agent-card.json"
     signed = registry.card_signatures.signed  # the registration signed its new card already

@@ -623,6 +623,13 @@ async def test_configured_publisher_domain(settings, mint, client, tenant, fleet
             f"urn:air:{domain}:alpha",
             f"urn:air:{domain}:beta",
         ]
+        # explore without the publisher facet binds no publisher domains (an unnamed parameter was a 500)
+        for facets in ([{"field": "tags"}], [{"field": "type"}, {"field": "publisher"}]):
+            explored = await other_client.post(
+                "/ard/explore", json={"query": {"text": fleet}, "resultType": {"facets": facets}}
+            )
+            assert explored.status_code == 200, explored.text
+        assert explored.json()["facets"]["publisher"]["buckets"] == [{"value": domain, "count": 2}]
     with pytest.raises(Exception, match="lowercase FQDN"):
         async with running_app(msgspec.structs.replace(settings, publisher_domains={tenant: "NOT A DOMAIN"})):
             pass

@@ -125,3 +125,28 @@ async def test_remote_verification_intact_tampered_and_shrunk(server_url, tmp_pa
         finally:
             stop_server(process)
             shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"chainSeq": 0}, {"chainSeq": -3}, {"hash": "zz"}, {"hash": "A" * 64}, {"anchor": ""}],
+    ids=["seq-0", "seq-negative", "hash-not-hex", "hash-upper", "anchor-empty"],
+)
+def test_a_state_file_no_run_could_write_cannot_be_checked(tmp_path, capsys, changes):
+    """A state file with a chainSeq below 1 or a hash that is no SHA-256 hex is exit 2 (could not
+    check), decided before the registry is asked: it says nothing about the chain (it was exit 1,
+    "tampered", naming chainSeq 0 or -3)."""
+    from registry.audit.remote_verify import UNCHECKED, verify_remote
+
+    state = tmp_path / "acme.state"
+    recorded = {"url": "http://registry.test", "chain": "acme", "chainSeq": 3, "hash": "a" * 64, "anchor": "0" * 64}
+    state.write_text(json.dumps({**recorded, **changes}))
+    asked = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path)
+        return httpx.Response(404, json={"code": "not_found"})
+
+    code = verify_remote("http://registry.test", "t", state_file=state, transport=httpx.MockTransport(answer))
+    assert code == UNCHECKED, capsys.readouterr()
+    assert asked == [] and "state file" in capsys.readouterr().err

@@ -186,6 +186,7 @@ async def test_auth_and_bad_input(client, mint, tenant, db):
     head = await db.fetchval("SELECT max(seq) FROM audit_events")
     for body, pointer in (
         ({}, "/need"),
+        ({"need": ""}, "/need"),
         ({"need": "x", "limit": 0}, "/limit"),
         ({"need": "x", "limit": 21}, "/limit"),
         ({"need": "x", "sideEffectMax": "explosive"}, "/sideEffectMax"),
@@ -237,3 +238,13 @@ def test_scores_are_in_unit_interval_and_non_increasing(whys):
     result = offer_service.scores(whys)
     assert all(0 <= s <= 1 for s in result)
     assert result == sorted(result, reverse=True)
+
+
+async def test_an_empty_need_is_no_need(client, mint, tenant):
+    """`need: ""` beside `skill` offers what `skill` alone offers, as discovery reads `q=` (it offered nothing)."""
+    await publish(client, mint, tenant, {"billing": agent(lookup())})
+    await heartbeat(client, mint, tenant, "billing", "i1")
+    router = mint(tenant, "router", "registry:read")
+    alone = await offer(client, router, skill="invoice.lookup")
+    assert [o["ref"] for o in alone["offers"]] == [f"{tenant}/billing/invoice.lookup@1.0.0"]
+    assert await offer(client, router, need="", skill="invoice.lookup") == alone
