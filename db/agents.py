@@ -141,15 +141,21 @@ async def renew_leases(
         return []
     columns = [list(column) for column in zip(*renewals, strict=False)]
     async with conn.transaction():
+        # The commit does not wait for its WAL to be flushed (docs/deployment.md#heartbeats-and-durability):
+        # a crash of PostgreSQL loses at most the last few hundred ms of renewals, which only makes
+        # instances look stale sooner. Set in the lock statement's round trip; a batch that logs a
+        # health flip (a change-feed row, whose seq must never be handed out twice) commits durably.
         await conn.execute(
-            f"""SELECT 1 FROM agents a
-                 WHERE (a.tenant, a.agent_id) IN (
-                       SELECT u.tenant, u.agent_id FROM unnest($1::text[], $2::text[], $3::text[]) AS u(tenant, agent_id, instance_id)
-                        WHERE NOT EXISTS (SELECT 1 FROM agent_instances x
-                                           WHERE x.tenant = u.tenant AND x.agent_id = u.agent_id AND x.instance_id = u.instance_id
-                                             AND x.expires_at > now() + interval '{_LAPSE_MARGIN}'))
-                 ORDER BY a.tenant, a.agent_id
-                   FOR NO KEY UPDATE OF a""",
+            f"""SELECT set_config('synchronous_commit', 'off', true),
+                       (SELECT count(*) FROM (
+                            SELECT 1 FROM agents a
+                             WHERE (a.tenant, a.agent_id) IN (
+                                   SELECT u.tenant, u.agent_id FROM unnest($1::text[], $2::text[], $3::text[]) AS u(tenant, agent_id, instance_id)
+                                    WHERE NOT EXISTS (SELECT 1 FROM agent_instances x
+                                                       WHERE x.tenant = u.tenant AND x.agent_id = u.agent_id AND x.instance_id = u.instance_id
+                                                         AND x.expires_at > now() + interval '{_LAPSE_MARGIN}'))
+                             ORDER BY a.tenant, a.agent_id
+                               FOR NO KEY UPDATE OF a) AS locked)""",
             columns[0],
             columns[1],
             columns[2],
@@ -215,6 +221,8 @@ async def renew_leases(
             channel,
             max_instances,
         )
+        if any(row["change_seq"] is not None for row in rows):
+            await conn.execute("SET LOCAL synchronous_commit TO DEFAULT")
     return [RenewedLease(*row) for row in rows]
 
 

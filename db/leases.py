@@ -4,8 +4,11 @@ A heartbeat renews a lease; it is not an audited change. So it takes no savepoin
 and no change-feed entry, except when an agent's health flips from stale or unknown to healthy
 (discovery shows health, so its caches must move on). Queued renewals are written by one
 statement per batch (`INSERT ... SELECT FROM unnest(...) ON CONFLICT`, in key order, with the
-flips' change-feed rows in the same statement), which commits on its own: one round trip and one
-commit per batch. The answer of each request leaves after that commit made its lease durable. Heartbeats for agents that are not
+flips' change-feed rows in the same statement), which commits on its own: one commit per batch. The
+answer of each request leaves after that commit. A renewal is not an audited grant, so the commit
+does not wait for its WAL flush (`synchronous_commit` off for the batch, db.agents.renew_leases): a
+crash of PostgreSQL can lose the last few hundred ms of renewals, which only makes instances look
+stale sooner; a batch that logs a health flip commits durably. Heartbeats for agents that are not
 registered ride in the same statement and simply get no row back, so a storm of them costs no
 more than the same number of valid ones.
 

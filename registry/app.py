@@ -68,9 +68,9 @@ def create_app(settings: Settings | None = None) -> Litestar:
             app.state.registry = registry
             registry.writes.start()
             registry.leases.start()
-            bounded_work().start(
-                preload=("registry.release.arguments", "registry.agents.registration")
-            )  # registrant schema work's processes, warmed before the first request
+            # What registrant schema work's processes import when they start (on first use; they
+            # stop after a minute without work: registry.core.bounded_work).
+            bounded_work().start(preload=("registry.release.arguments", "registry.agents.registration"))
             metrics.gauges = [
                 ("capreg_db_pool_size", "connections open in the pool", pool.get_size),
                 ("capreg_db_pool_idle", "idle connections in the pool", pool.get_idle_size),

@@ -12,8 +12,11 @@ functions run must be module-level (they are pickled by reference) and return pi
 Tasks are shared fairly between tenants (registry.core.fair_share): at most CAPREG_TENANT_HEAVY_TASKS of one
 tenant's tasks run or queue for a worker at once, the rest wait in their tenant's own line.
 
-One pool per server process, started on first use; workers are new interpreters (not forked from a
-process running an event loop and threads), run at a lower priority than the server, cap their own address
+One pool per server process. Its workers start on first use, not with the server, and one that has
+had no task for IDLE_SECONDS is stopped (its slot starts a new one for the next task): a server that
+is not registering holds no worker processes (about 60 MB each). A worker's start-up is not charged to
+the deadline of the task that waits for it. Workers are new interpreters (not forked from a process
+running an event loop and threads), run at a lower priority than the server, cap their own address
 space, and exit when their parent does.
 See docs/security.md for the limits.
 """
@@ -45,6 +48,9 @@ DEADLINE_SECONDS = 2.0
 WALL_SECONDS = 3 * DEADLINE_SECONDS
 WORKERS = max(1, min(2, os.cpu_count() or 1))
 _START_TIMEOUT_SECONDS = 60.0
+# A worker with no task for this long is stopped (checked every _REAP_EVERY_SECONDS at most).
+IDLE_SECONDS = 60.0
+_REAP_EVERY_SECONDS = 5.0
 _ADDRESS_SPACE_BYTES = 4 * 1024**3
 
 T = TypeVar("T")
@@ -148,6 +154,7 @@ class _Worker:
         theirs.close()
         self.conn = Connection(ours.detach())
         self.ready = False
+        self.last_used = time.monotonic()
 
     def call(self, function: Callable[..., Any], args: tuple, deadline: float, wall: float) -> Any:
         if not self.ready:
@@ -193,32 +200,48 @@ class BoundedWork:
         deadline: float = DEADLINE_SECONDS,
         wall: float = WALL_SECONDS,
         per_tenant: int | None = None,
+        idle: float = IDLE_SECONDS,
     ) -> None:
-        self.deadline, self.wall = deadline, wall
+        self.deadline, self.wall, self.idle = deadline, wall, idle
         self._size = workers
         self.shares = TenantShares(per_tenant if per_tenant is not None else tenant_limit(workers))
-        self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
+        # One entry per slot: its worker, or None while the slot has no process (not yet started, or
+        # stopped when idle); a task takes an entry and puts it back, so at most `workers` run at once.
+        # Last in, first out: the worker used last takes the next task, so a light load keeps one
+        # worker busy and lets the others go idle and stop, instead of starting every slot in turn.
+        self._idle: queue.LifoQueue[_Worker | None] = queue.LifoQueue()
+        for _ in range(workers):
+            self._idle.put(None)
         # One thread per worker waits on it, so no other use of the default executor can starve.
         self._threads = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="capreg-bounded-work")
         self._started = False
         self._lock = threading.Lock()
         self._all: set[_Worker] = set()
         self._preload: tuple[str, ...] = ()
+        self._closed = threading.Event()
+        self._reaper: threading.Thread | None = None
 
     def start(self, preload: Sequence[str] = ()) -> None:
-        """Start the worker processes (they import `preload`, module names, in the background);
-        idempotent."""
+        """Name the modules each worker imports when it starts (`preload`); idempotent. No process
+        starts here: a slot starts its worker when a task first needs it."""
         with self._lock:
             if not self._started:
                 self._preload = tuple(preload)
-                for _ in range(self._size):
-                    self._add()
                 self._started = True
 
-    def _add(self) -> None:
+    def _new_worker(self) -> _Worker:
         worker = _Worker(self._preload)
-        self._all.add(worker)
-        self._idle.put(worker)
+        with self._lock:
+            self._all.add(worker)
+            if self._reaper is None and self.idle > 0:
+                self._reaper = threading.Thread(target=self._reap_idle, name="capreg-bounded-work-reaper", daemon=True)
+                self._reaper.start()
+        return worker
+
+    def _retire(self, worker: _Worker) -> None:
+        with self._lock:
+            self._all.discard(worker)
+        worker.kill()
 
     def _call(self, function: Callable[..., T], args: tuple) -> T:
         try:
@@ -229,22 +252,50 @@ class BoundedWork:
     def _call_once(self, function: Callable[..., T], args: tuple) -> T:
         self.start()
         worker = self._idle.get()
-        if worker.process.poll() is not None:  # died while idle (killed, out of memory): replace it
-            self._all.discard(worker)
-            worker.kill()
-            worker = _Worker(self._preload)
-            self._all.add(worker)
+        if worker is not None and worker.process.poll() is not None:  # died while idle (killed, out of memory)
+            self._retire(worker)
+            worker = None
+        if worker is None:
+            worker = self._new_worker()
         try:
             return worker.call(function, args, self.deadline, self.wall)
         except (WorkTimedOut, WorkFailed, OSError):
             # The worker may be mid-task or dead: replace it rather than reuse it.
-            self._all.discard(worker)
-            worker.kill()
-            worker = _Worker(self._preload)
-            self._all.add(worker)
+            self._retire(worker)
+            worker = self._new_worker()
             raise
         finally:
+            worker.last_used = time.monotonic()
             self._idle.put(worker)
+
+    def _reap_idle(self) -> None:
+        """Stop workers that had no task for `idle` seconds (a thread of its own, while the pool lives)."""
+        while not self._closed.wait(min(self.idle / 4, _REAP_EVERY_SECONDS)):
+            self.stop_idle_workers()
+
+    def stop_idle_workers(self, now: float | None = None) -> int:
+        """Stop every worker idle for `idle` seconds (at `now`); their slots start new ones when
+        needed. Workers running a task are not in the idle queue and are never touched. How many
+        were stopped."""
+        now = time.monotonic() if now is None else now
+        held: list[_Worker | None] = []
+        while True:
+            try:
+                held.append(self._idle.get_nowait())
+            except queue.Empty:
+                break
+        stopped = 0
+        for worker in reversed(held):  # back in the order they were (the queue is last in, first out)
+            if worker is not None and now - worker.last_used >= self.idle:
+                self._retire(worker)
+                worker, stopped = None, stopped + 1
+            self._idle.put(worker)
+        return stopped
+
+    def processes(self) -> int:
+        """Worker processes alive now (for tests and metrics)."""
+        with self._lock:
+            return sum(1 for worker in self._all if worker.process.poll() is None)
 
     async def run(self, function: Callable[..., T], *args: Any) -> T:
         """`function(*args)` in a worker, within the share of the tenant whose request this is."""
@@ -253,9 +304,12 @@ class BoundedWork:
             return await loop.run_in_executor(self._threads, self._call, function, args)
 
     def close(self) -> None:
-        for worker in list(self._all):
+        self._closed.set()
+        with self._lock:
+            workers = list(self._all)
+            self._all.clear()
+        for worker in workers:
             worker.kill()
-        self._all.clear()
 
 
 _pool: BoundedWork | None = None

@@ -173,6 +173,33 @@ async def test_concurrent_heartbeats_share_batches_and_advance_the_feed_only_whe
     assert await db.fetchval("SELECT count(*) FROM changes WHERE seq > $1 AND tenant = $2", settled, tenant) == 0
 
 
+async def test_a_renewal_batch_commits_without_waiting_for_its_wal_unless_health_flips(client, mint, tenant, db):
+    """Renewals are not audited grants: their commit skips the WAL flush (docs/deployment.md), but a
+    batch that logs a health flip (a change-feed seq, never to be handed out twice) stays durable.
+    Run inside an outer transaction, so the setting the batch leaves for its commit can be read."""
+    from db.agents import LeaseRenewal, renew_leases
+    from db.changes import CHANGE_CHANNEL
+
+    await register(client, mint, tenant)
+
+    async def commit_setting(instance_id: str) -> tuple[str, bool]:
+        async with db.acquire() as conn, conn.transaction():
+            renewed = await renew_leases(
+                conn,
+                [LeaseRenewal(tenant, "billing-agent", instance_id, None, 30, None)],
+                CHANGE_CHANNEL,
+                max_instances=1000,
+            )
+            flipped = renewed[0].change_seq is not None
+            return await conn.fetchval("SELECT current_setting('synchronous_commit')"), flipped
+
+    default = await db.fetchval("SELECT current_setting('synchronous_commit')")
+    assert await commit_setting("i-1") == (default, True)  # unknown to healthy: durable
+    assert await commit_setting("i-1") == ("off", False)  # a renewal
+    assert await commit_setting("i-2") == ("off", False)  # a new instance of a healthy agent
+    assert await db.fetchval("SELECT current_setting('synchronous_commit')") == default  # local to the batch
+
+
 async def test_the_same_instance_twice_in_one_batch_is_renewed_once(client, mint, tenant, db):
     await register(client, mint, tenant)
     publish = mint(tenant, "p", "registry:publish")
