@@ -12,10 +12,14 @@ functions run must be module-level (they are pickled by reference) and return pi
 Tasks are shared fairly between tenants (registry.core.fair_share): at most CAPREG_TENANT_HEAVY_TASKS of one
 tenant's tasks run or queue for a worker at once, the rest wait in their tenant's own line.
 
-One pool per server process. Its workers start on first use, not with the server, and one that has
-had no task for IDLE_SECONDS is stopped (its slot starts a new one for the next task): a server that
-is not registering holds no worker processes (about 60 MB each). A worker's start-up is not charged to
-the deadline of the task that waits for it. Workers are new interpreters (not forked from a process
+One pool per server process. Its workers start on first use, not with the server: the first task
+starts every slot's worker (the others in the background), and once the whole pool has had no task
+for IDLE_SECONDS every worker is stopped, so a server that is not registering holds no worker
+processes (about 60 MB each). All or none, never one at a time: a pool that kept one warm worker and
+started the next only when a second task came made that second task, typically another tenant's
+while the first tenant's slow one runs, wait for a start-up (1 to 2 s) its neighbour did not, which
+broke the fair share (CI failure of stop 29, tests/web/test_fair_share.py). A worker's start-up is
+not charged to the deadline of the task that waits for it. Workers are new interpreters (not forked from a process
 running an event loop and threads), run at a lower priority than the server, cap their own address
 space, and exit when their parent does.
 See docs/security.md for the limits.
@@ -48,7 +52,7 @@ DEADLINE_SECONDS = 2.0
 WALL_SECONDS = 3 * DEADLINE_SECONDS
 WORKERS = max(1, min(2, os.cpu_count() or 1))
 _START_TIMEOUT_SECONDS = 60.0
-# A worker with no task for this long is stopped (checked every _REAP_EVERY_SECONDS at most).
+# Once the pool has had no task for this long its workers are stopped (checked every _REAP_EVERY_SECONDS at most).
 IDLE_SECONDS = 60.0
 _REAP_EVERY_SECONDS = 5.0
 _ADDRESS_SPACE_BYTES = 4 * 1024**3
@@ -154,9 +158,8 @@ class _Worker:
         theirs.close()
         self.conn = Connection(ours.detach())
         self.ready = False
-        self.last_used = time.monotonic()
 
-    def call(self, function: Callable[..., Any], args: tuple, deadline: float, wall: float) -> Any:
+    def wait_ready(self) -> None:
         if not self.ready:
             try:
                 if not self.conn.poll(_START_TIMEOUT_SECONDS):
@@ -165,6 +168,9 @@ class _Worker:
             except (EOFError, OSError):
                 raise _WorkerGone("worker did not start") from None
             self.ready = True
+
+    def call(self, function: Callable[..., Any], args: tuple, deadline: float, wall: float) -> Any:
+        self.wait_ready()
         try:
             self.conn.send((function, args, deadline))
         except OSError:
@@ -207,8 +213,7 @@ class BoundedWork:
         self.shares = TenantShares(per_tenant if per_tenant is not None else tenant_limit(workers))
         # One entry per slot: its worker, or None while the slot has no process (not yet started, or
         # stopped when idle); a task takes an entry and puts it back, so at most `workers` run at once.
-        # Last in, first out: the worker used last takes the next task, so a light load keeps one
-        # worker busy and lets the others go idle and stop, instead of starting every slot in turn.
+        # Last in, first out: the worker used last takes the next task (its caches are warm).
         self._idle: queue.LifoQueue[_Worker | None] = queue.LifoQueue()
         for _ in range(workers):
             self._idle.put(None)
@@ -220,6 +225,8 @@ class BoundedWork:
         self._preload: tuple[str, ...] = ()
         self._closed = threading.Event()
         self._reaper: threading.Thread | None = None
+        self._running = 0  # tasks holding a slot now
+        self._last_task = time.monotonic()  # when the last task ended
 
     def start(self, preload: Sequence[str] = ()) -> None:
         """Name the modules each worker imports when it starts (`preload`); idempotent. No process
@@ -252,20 +259,61 @@ class BoundedWork:
     def _call_once(self, function: Callable[..., T], args: tuple) -> T:
         self.start()
         worker = self._idle.get()
-        if worker is not None and worker.process.poll() is not None:  # died while idle (killed, out of memory)
-            self._retire(worker)
-            worker = None
-        if worker is None:
-            worker = self._new_worker()
+        with self._lock:
+            self._running += 1
         try:
-            return worker.call(function, args, self.deadline, self.wall)
-        except (WorkTimedOut, WorkFailed, OSError):
-            # The worker may be mid-task or dead: replace it rather than reuse it.
-            self._retire(worker)
-            worker = self._new_worker()
-            raise
+            if worker is not None and worker.process.poll() is not None:  # died while idle (killed, out of memory)
+                self._retire(worker)
+                worker = None
+            if worker is None:
+                worker = self._new_worker()
+                self._start_empty_slots()
+            try:
+                return worker.call(function, args, self.deadline, self.wall)
+            except (WorkTimedOut, WorkFailed, OSError):
+                # The worker may be mid-task or dead: replace it rather than reuse it.
+                self._retire(worker)
+                worker = self._new_worker()
+                raise
         finally:
-            worker.last_used = time.monotonic()
+            with self._lock:
+                self._running -= 1
+                self._last_task = time.monotonic()
+            self._idle.put(worker)
+
+    def warm(self) -> None:
+        """Start every slot's worker and wait until each is ready, as if a task had just run (for
+        tests and benches that must not measure a start-up). Blocks: call it off the event loop."""
+        self.start()
+        held = [self._idle.get() for _ in range(self._size)]  # every slot, once no task holds it
+        try:
+            for n, worker in enumerate(held):
+                if worker is None or worker.process.poll() is not None:
+                    if worker is not None:
+                        self._retire(worker)
+                    worker = held[n] = self._new_worker()
+                worker.wait_ready()
+        finally:
+            with self._lock:
+                self._last_task = time.monotonic()
+            for worker in reversed(held):
+                self._idle.put(worker)
+
+    def _start_empty_slots(self) -> None:
+        """Start a worker in every slot that has none (without waiting for them to be ready), so the
+        next task, whoever's, finds one starting or ready instead of starting its own."""
+        held: list[_Worker | None] = []
+        while True:
+            try:
+                held.append(self._idle.get_nowait())
+            except queue.Empty:
+                break
+        for worker in reversed(held):  # back in the order they were (the queue is last in, first out)
+            if worker is None:
+                try:
+                    worker = self._new_worker()
+                except OSError:  # no process now (out of memory, pids): the slot starts one when used
+                    worker = None
             self._idle.put(worker)
 
     def _reap_idle(self) -> None:
@@ -274,10 +322,13 @@ class BoundedWork:
             self.stop_idle_workers()
 
     def stop_idle_workers(self, now: float | None = None) -> int:
-        """Stop every worker idle for `idle` seconds (at `now`); their slots start new ones when
-        needed. Workers running a task are not in the idle queue and are never touched. How many
-        were stopped."""
+        """Stop every worker once the whole pool has had no task for `idle` seconds (at `now`); the
+        next task starts them again. While any task runs, or ran more recently, none is stopped. How
+        many were stopped."""
         now = time.monotonic() if now is None else now
+        with self._lock:
+            if self._running or now - self._last_task < self.idle:
+                return 0
         held: list[_Worker | None] = []
         while True:
             try:
@@ -285,8 +336,10 @@ class BoundedWork:
             except queue.Empty:
                 break
         stopped = 0
+        with self._lock:  # a task that started meanwhile holds its slot: then stop nothing
+            quiet = not self._running and len(held) == self._size
         for worker in reversed(held):  # back in the order they were (the queue is last in, first out)
-            if worker is not None and now - worker.last_used >= self.idle:
+            if quiet and worker is not None:
                 self._retire(worker)
                 worker, stopped = None, stopped + 1
             self._idle.put(worker)
