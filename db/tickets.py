@@ -1,11 +1,15 @@
 """Queries on tickets and ticket_idempotency: minted tickets, their chains (a ticket's ancestors for
-activity, its descendants for revocation), listings, and Idempotency-Key replays."""
+activity, its descendants for revocation), listings, Idempotency-Key replays, and introspection's
+active checks batched across concurrent requests (ActiveTicketChecks)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import asyncpg
+
+from db.batching import BatchQueue
 
 TICKET_COLUMNS = (
     "t.jti, t.parent_jti, t.root_jti, t.tenant, t.agent_id, t.skill_id, t.version, t.ref, t.audience, t.actor, "
@@ -27,6 +31,10 @@ ACTIVE = """(t.revoked_at IS NULL AND t.expires_at > now() AND cv.status <> 'ret
                      FROM tickets p JOIN ancestors a ON p.jti = a.parent_jti
                )
                SELECT 1 FROM ancestors WHERE revoked_at IS NOT NULL OR expires_at <= now()))"""
+
+# A ticket `t` with its capability version `cv`, which ACTIVE reads.
+_WITH_VERSION = """JOIN capability_versions cv ON cv.tenant = t.tenant AND cv.agent_id = t.agent_id
+                                         AND cv.skill_id = t.skill_id AND cv.version = t.version"""
 
 
 async def insert_ticket(conn: asyncpg.Connection, row: dict[str, Any]) -> None:
@@ -51,11 +59,45 @@ async def ticket_state(conn: asyncpg.Connection | asyncpg.Pool, jti: str) -> asy
             SELECT {TICKET_COLUMNS}, cv.status AS capability_status, {ACTIVE} AS active,
                    (SELECT bool_or(revoked_at IS NOT NULL) FROM chain) AS chain_revoked
               FROM tickets t
-              JOIN capability_versions cv ON cv.tenant = t.tenant AND cv.agent_id = t.agent_id
-                                         AND cv.skill_id = t.skill_id AND cv.version = t.version
+              {_WITH_VERSION}
              WHERE t.jti = $1""",
         jti,
     )
+
+
+async def active_tickets(conn: asyncpg.Connection | asyncpg.Pool, jtis: list[str]) -> set[str]:
+    """Of `jtis`, those whose ticket is active now (ACTIVE): what introspection answers, for many
+    tickets in one statement."""
+    rows = await conn.fetch(
+        f"""SELECT t.jti FROM tickets t
+              {_WITH_VERSION}
+             WHERE t.jti = ANY($1::text[]) AND {ACTIVE}""",
+        jtis,
+    )
+    return {row["jti"] for row in rows}
+
+
+class ActiveTicketChecks(BatchQueue[str]):
+    """Introspection's question, "is this ticket active now?", for concurrent requests in one
+    statement (active_tickets) instead of one round trip each: agents introspect on every call, so
+    at a router's rates many checks are in flight at once. Each check is answered from a statement
+    that began after the check was asked, so a revocation committed before it is always seen. A
+    batch that fails (the database gone) fails the checks in it, as each alone would have."""
+
+    def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 256, concurrency: int = 2):
+        super().__init__(max_batch=max_batch, concurrency=concurrency)
+        self.pool = pool
+
+    async def is_active(self, jti: str) -> bool:
+        if self._task is None:  # started on first use, on the loop that asks
+            self.start()
+        return await self._enqueue(jti)
+
+    async def _commit(self, batch: list[tuple[str, asyncio.Future]]) -> None:
+        active = await active_tickets(self.pool, sorted({jti for jti, _ in batch}))
+        for jti, future in batch:
+            if not future.done():
+                future.set_result(jti in active)
 
 
 async def lock_tree(conn: asyncpg.Connection, root_jti: str) -> None:

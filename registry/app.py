@@ -88,6 +88,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 await asyncio.gather(*chores, return_exceptions=True)
                 await audit_chain.stop_checkpoints(checkpoints)
                 await registry.leases.stop()
+                await registry.ticket_checks.stop()
                 await registry.writes.stop()
                 await watcher.stop()
         finally:

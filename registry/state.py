@@ -20,6 +20,7 @@ from auth.keys import Keyring
 from auth.tokens import TokenVerifier
 from db.group_commit import GroupCommit
 from db.leases import LeaseRenewals
+from db.tickets import ActiveTicketChecks
 from registry.agents.card_signing import CardSignatures
 from registry.ard.names import Publishers
 from registry.audit.chain_checks import ChainChecks
@@ -63,6 +64,8 @@ class Registry:
         self.writes = GroupCommit(pool)
         # Heartbeats of concurrent requests renewed in one statement and commit (db.leases).
         self.leases = LeaseRenewals(pool, max_instances=settings.max_instances)
+        # Introspection's active checks of concurrent requests in one statement (db.tickets).
+        self.ticket_checks = ActiveTicketChecks(pool)
         # Discovery pages and public cards, valid for one change sequence number (registry.core.response_cache).
         budget = settings.cache_budget  # CAPREG_CACHE_BUDGET, shared out by registry.core.cache_budget
         self.responses = ResponseCache(max_bytes=share(budget, "responses"))

@@ -658,8 +658,7 @@ async def introspect(registry: Registry, caller: Caller, token: str) -> dict[str
         return inactive
     if check_introspect(caller, audience=claims.aud, capability_tenant=claims.tenant) is not None:
         return inactive
-    state = await ticket_queries.ticket_state(registry.pool, claims.jti)
-    if state is None or not state["active"]:
+    if not await registry.ticket_checks.is_active(claims.jti):
         return inactive
     return {"active": True, **claims.as_dict()}
 

@@ -665,6 +665,28 @@ async def test_revoking_the_root_makes_every_descendant_inactive(client, mint, f
     assert again.status_code == 200 and again.json()["revoked"] == []
 
 
+async def test_concurrent_introspections_each_get_their_own_answer(client, mint, finance, registry):
+    """Introspection's active checks of concurrent requests share one statement
+    (db.tickets.ActiveTicketChecks): revoked and active tickets asked at once are told apart, and a
+    revocation committed before a check is seen by it."""
+    tenant = finance
+    router = mint(tenant, "router", ROUTER_SCOPES)
+    tickets = [await mint_ticket(client, router, ticket_body(tenant)) for _ in range(8)]
+    for ticket in tickets[::2]:
+        response = await client.post(f"/v1/tickets/{ticket['jti']}/revoke", headers=mint(tenant, "router"))
+        assert response.status_code == 200, response.text
+    agent = mint(tenant, "billing-agent")
+    asked = [t["ticket"] for t in tickets] * 4
+    answers = await asyncio.gather(*(introspect(client, agent, ticket) for ticket in asked))
+    for n, answer in enumerate(answers):
+        ticket = tickets[n % len(tickets)]
+        assert answer["active"] is (n % 2 == 1), (n, answer)
+        if answer["active"]:
+            assert answer["jti"] == ticket["jti"]  # its own claims, not a neighbour's
+    batches = registry.ticket_checks
+    assert batches._task is not None and not batches._queue  # every check answered, nothing left queued
+
+
 async def test_a_revoked_middle_ticket_takes_its_subtree_only(client, mint, finance):
     root, child, grandchild = await chain(client, mint, finance)
     response = await client.post(f"/v1/tickets/{child['jti']}/revoke", headers=mint(finance, "billing-agent"))
