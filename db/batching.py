@@ -3,14 +3,7 @@ await its future; one task cuts the queue into batches of at most `max_batch` an
 `concurrency` of them at once (one writes while another waits for its commit to be durable).
 Subclasses say how a batch is written (`_commit`; `_settle` fails what it left unsettled and releases
 the slot), and may put items in lanes (`_lane`): a batch holds items of one lane only (the audit
-chains they lock), and a lane has at most one batch in flight.
-
-One batch per lane, because a second batch of the same lane gains nothing: it would wait for the
-first's commit at the chain heads all the same, and meanwhile it takes that lane's next requests
-into a batch of their own. Holding them in the queue instead lets them gather while the first batch
-commits, so under load a lane's batches grow (one commit for many requests) instead of splitting
-into more, smaller commits (issue 23). Other lanes and items without a lane (None) are not held:
-they take any free slot."""
+chains they lock)."""
 
 from __future__ import annotations
 
@@ -28,7 +21,6 @@ class BatchQueue(Generic[Item]):
         self._slots = asyncio.Semaphore(concurrency)
         self._batches: set[asyncio.Task] = set()
         self._queue: list[tuple[Item, asyncio.Future]] = []
-        self._busy: set[Hashable] = set()  # lanes with a batch in flight (never None)
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
 
@@ -60,14 +52,8 @@ class BatchQueue(Generic[Item]):
             self._wake.clear()
             while self._queue:
                 await self._slots.acquire()
-                cut = self._cut()
-                if cut is None:  # every queued item's lane has a batch in flight: its end wakes us
-                    self._slots.release()
-                    break
-                batch, lane = cut
-                if lane is not None:
-                    self._busy.add(lane)
-                task = asyncio.create_task(self._settle(batch, lane))
+                batch = self._cut()
+                task = asyncio.create_task(self._settle(batch))
                 self._batches.add(task)
                 task.add_done_callback(self._batches.discard)
 
@@ -75,27 +61,25 @@ class BatchQueue(Generic[Item]):
         """Items of different lanes never share a batch (default: one lane)."""
         return None
 
-    def _cut(self) -> tuple[list[tuple[Item, asyncio.Future]], Hashable] | None:
-        """The next batch and its lane: the oldest item whose lane has no batch in flight and the
-        next ones of that lane, up to `max_batch`; None when every queued item's lane is busy."""
-        lanes = [self._lane(item) for item, _ in self._queue]
-        start = next((n for n, lane in enumerate(lanes) if lane is None or lane not in self._busy), None)
-        if start is None:
-            return None
-        lane = lanes[start]
-        batch: list[tuple[Item, asyncio.Future]] = []
-        rest: list[tuple[Item, asyncio.Future]] = self._queue[:start]
-        for entry, entry_lane in zip(self._queue[start:], lanes[start:], strict=True):
-            if len(batch) < self.max_batch and entry_lane == lane:
+    def _cut(self) -> list[tuple[Item, asyncio.Future]]:
+        """The next batch: the oldest item and the next ones of its lane, up to `max_batch`."""
+        lane = self._lane(self._queue[0][0])
+        if lane is None and all(self._lane(item) is None for item, _ in self._queue[: self.max_batch]):
+            batch = self._queue[: self.max_batch]
+            del self._queue[: self.max_batch]
+            return batch
+        batch, rest = [], []
+        for entry in self._queue:
+            if len(batch) < self.max_batch and self._lane(entry[0]) == lane:
                 batch.append(entry)
             else:
                 rest.append(entry)
         self._queue = rest
-        return batch, lane
+        return batch
 
-    async def _settle(self, batch: list[tuple[Item, asyncio.Future]], lane: Hashable = None) -> None:
+    async def _settle(self, batch: list[tuple[Item, asyncio.Future]]) -> None:
         """Write `batch` (`_commit`), fail every future it left unsettled with the error that stopped
-        it, and release the slot and the lane: a failed batch never stops the queue."""
+        it, and release the slot: a failed batch never stops the queue."""
         try:
             await self._commit(batch)
         except Exception as exc:
@@ -104,9 +88,7 @@ class BatchQueue(Generic[Item]):
                 if not future.done():
                     future.set_exception(exc)
         finally:
-            self._busy.discard(lane)
             self._slots.release()
-            self._wake.set()  # the lane's next requests, held while this batch was in flight
 
     def _failed(self, exc: Exception, batch: list[tuple[Item, asyncio.Future]]) -> None:
         """Called with the error that stopped `batch`, before its futures fail (default: nothing)."""
