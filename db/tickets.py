@@ -91,6 +91,8 @@ class ActiveTicketChecks(BatchQueue[str]):
     async def is_active(self, jti: str) -> bool:
         if self._task is None:  # started on first use, on the loop that asks
             self.start()
+        elif self._task.done():  # stopped (the app is shutting down): nothing would answer
+            raise ConnectionError("the registry is shutting down")
         return await self._enqueue(jti)
 
     async def _commit(self, batch: list[tuple[str, asyncio.Future]]) -> None:

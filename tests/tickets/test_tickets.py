@@ -12,6 +12,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from db.tickets import ActiveTicketChecks
 from tests.conftest import count_rows, retire_versions
 from tests.ticket_support import (
     events_of,
@@ -685,6 +686,15 @@ async def test_concurrent_introspections_each_get_their_own_answer(client, mint,
             assert answer["jti"] == ticket["jti"]  # its own claims, not a neighbour's
     batches = registry.ticket_checks
     assert batches._task is not None and not batches._queue  # every check answered, nothing left queued
+
+
+@pytest.mark.timeout(10)
+async def test_a_stopped_check_queue_refuses_rather_than_hangs():
+    checks = ActiveTicketChecks(pool=None)  # type: ignore[arg-type]  # never reaches a database
+    checks.start()
+    await checks.stop()
+    with pytest.raises(ConnectionError):
+        await checks.is_active("t-1")
 
 
 async def test_a_revoked_middle_ticket_takes_its_subtree_only(client, mint, finance):
