@@ -10,12 +10,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jwt
+import msgspec
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 
 def _b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def jws_header(kid: str, typ: str) -> bytes:
+    """The protected header of capreg's EdDSA JWTs as signed: compact JSON, keys sorted (as PyJWT
+    writes it, so tokens from either signing path look alike)."""
+    return msgspec.json.encode({"alg": "EdDSA", "kid": kid, "typ": typ}, order="sorted")
 
 
 def new_key() -> tuple[str, str, dict]:
@@ -55,6 +62,14 @@ class Keyring:
         if self._signing_key is None or self.signing_kid is None:
             raise RuntimeError("no signing key: run capreg migrate first")
         return self.signing_kid, self._signing_key
+
+    def sign_payload(self, payload: bytes, *, typ: str) -> str:
+        """A compact EdDSA JWS (RFC 7515) of `payload`, JSON its caller encoded once (the ticket
+        path, auth.tickets: the bytes whose length it planned are the bytes signed), with the
+        current key. Skips PyJWT's claim handling, which `sign` keeps for everything else."""
+        kid, key = self.current_signing_key()
+        signing_input = f"{_b64url(jws_header(kid, typ))}.{_b64url(payload)}"
+        return f"{signing_input}.{_b64url(key.sign(signing_input.encode()))}"
 
     def sign(self, claims: dict, *, typ: str) -> str:
         if self._signing_key is None:

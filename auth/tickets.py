@@ -16,7 +16,6 @@ Pure: no I/O; callers pass the keyring and `now`.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 import jwt
 import msgspec
 
-from auth.keys import Keyring
+from auth.keys import Keyring, jws_header
 from auth.policy import MAX_DELEGATION_DEPTH, TicketGrant
 from auth.tokens import TICKET_TYPE
 
@@ -132,18 +131,23 @@ def _b64_length(n: int) -> int:
     return (4 * n + 2) // 3  # unpadded base64url
 
 
+def encoded_claims(claims: TicketClaims) -> bytes:
+    """A ticket's payload as `sign_ticket` signs it (compact JSON, claims in their fixed order)."""
+    return _CLAIMS_JSON.encode(claims.as_dict())
+
+
 def encoded_ticket_length(claims: TicketClaims, *, kid: str) -> int:
-    """The length `sign_ticket` will give these claims, computed without signing: the header and
-    payload as PyJWT encodes them (compact JSON), and a fixed-size EdDSA signature."""
-    header = json.dumps(
-        {"alg": TICKET_ALGORITHM, "kid": kid, "typ": TICKET_TYPE}, separators=(",", ":"), sort_keys=True
-    )
-    payload = json.dumps(claims.as_dict(), separators=(",", ":"))
-    return _b64_length(len(header.encode())) + 1 + _b64_length(len(payload.encode())) + 1 + _SIGNATURE_CHARS
+    """The length `sign_ticket` will give these claims, computed without signing: the same header
+    and payload bytes, and a fixed-size EdDSA signature."""
+    header = jws_header(kid, TICKET_TYPE)
+    return _b64_length(len(header)) + 1 + _b64_length(len(encoded_claims(claims))) + 1 + _SIGNATURE_CHARS
 
 
 def sign_ticket(keyring: Keyring, claims: TicketClaims) -> str:
-    return keyring.sign(claims.as_dict(), typ=TICKET_TYPE)
+    return keyring.sign_payload(encoded_claims(claims), typ=TICKET_TYPE)
+
+
+_CLAIMS_JSON = msgspec.json.Encoder()
 
 
 def _header(token: str) -> dict[str, Any]:
