@@ -299,15 +299,19 @@ class BoundedWork:
             for worker in reversed(held):
                 self._idle.put(worker)
 
-    def _start_empty_slots(self) -> None:
-        """Start a worker in every slot that has none (without waiting for them to be ready), so the
-        next task, whoever's, finds one starting or ready instead of starting its own."""
+    def _take_idle_slots(self) -> list[_Worker | None]:
+        """Every slot no task holds now, out of the queue (the caller puts each back, in reverse)."""
         held: list[_Worker | None] = []
         while True:
             try:
                 held.append(self._idle.get_nowait())
             except queue.Empty:
-                break
+                return held
+
+    def _start_empty_slots(self) -> None:
+        """Start a worker in every slot that has none (without waiting for them to be ready), so the
+        next task, whoever's, finds one starting or ready instead of starting its own."""
+        held = self._take_idle_slots()
         for worker in reversed(held):  # back in the order they were (the queue is last in, first out)
             if worker is None:
                 try:
@@ -317,7 +321,8 @@ class BoundedWork:
             self._idle.put(worker)
 
     def _reap_idle(self) -> None:
-        """Stop workers that had no task for `idle` seconds (a thread of its own, while the pool lives)."""
+        """Stop the workers once the pool has had no task for `idle` seconds (a thread of its own, while
+        the pool lives)."""
         while not self._closed.wait(min(self.idle / 4, _REAP_EVERY_SECONDS)):
             self.stop_idle_workers()
 
@@ -329,12 +334,7 @@ class BoundedWork:
         with self._lock:
             if self._running or now - self._last_task < self.idle:
                 return 0
-        held: list[_Worker | None] = []
-        while True:
-            try:
-                held.append(self._idle.get_nowait())
-            except queue.Empty:
-                break
+        held = self._take_idle_slots()
         stopped = 0
         with self._lock:  # a task that started meanwhile holds its slot: then stop nothing
             quiet = not self._running and len(held) == self._size
