@@ -248,6 +248,14 @@ def decide_release_of_visible(caller: Caller, cap: CapabilityGate, *, exact_vers
     return None
 
 
+def release_profile(caller: Caller) -> tuple[str, frozenset[str], tuple[str, ...] | None]:
+    """What `decide_release` reads of a caller: its tenant, scopes and regions. Two callers with the
+    same profile get the same decision on every capability, so a decision made for one may be kept
+    for the other (offers keep their eligible candidates per profile, registry.offers.service).
+    A rule that reads more of the caller must add it here (tests/auth/test_release_profile.py)."""
+    return (caller.tenant, caller.scopes, caller.regions)
+
+
 def decide_ticket_target(caller: Caller, cap: CapabilityGate, *, exact_version: bool) -> Refusal | None:
     """Whether `caller` may ask for a ticket to the capability version: it must be able to see it in
     detail (visible; asked for exactly, not retired). Detail release's scope rule is replaced by the

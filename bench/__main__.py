@@ -747,6 +747,26 @@ def main(argv: list[str] | None = None) -> int:
         else:
             unavailable("detail", "detail release (token, latest)", "GET " + detail_path + " not served")
 
+        if "/v1/offers" in paths and (only is None or "offers" in only):
+            # Offers weigh live instances: every loaded agent gets one for an hour, as a running fleet has.
+            fleet = [
+                {
+                    "method": "POST",
+                    "path": f"/v1/agents/{a.tenant}/{a.agent_id}/heartbeat",
+                    "headers": {"Authorization": f"Bearer {publishers[a.tenant]}", "Content-Type": "application/json"},
+                    "body": json.dumps(
+                        {
+                            "instanceId": "fleet",
+                            "url": f"https://{a.agent_id}.fleet.internal",
+                            "ttlSeconds": 3600,
+                            "load": data.fleet_load(a),
+                        }
+                    ),
+                }
+                for a in data.agents(args.seed, args.agents)
+            ]
+            beaten = drive({**job_for(fleet), "connections": args.writers, "warmup": 0, "duration": 3600, "once": True})
+            print(f"  {beaten['requests']} fleet instances, {beaten['errors']} errors", flush=True)
         if "/v1/offers" in paths:
             needs = [f"{verb} {noun}" for nouns in data.DOMAINS.values() for noun in nouns for verb in data.VERBS[:4]]
             run(

@@ -110,6 +110,21 @@ def request(method: str, path: str, token: str | None = None, body: object = Non
     return Request(method, path, headers, raw)
 
 
+def fleet_beat(a: data.AgentSpec, publishers: dict[str, str]) -> Request:
+    """One instance of agent `a` live for an hour (instance `fleet`, a load drawn from its id)."""
+    return request(
+        "POST",
+        f"/v1/agents/{a.tenant}/{a.agent_id}/heartbeat",
+        publishers[a.tenant],
+        {
+            "instanceId": "fleet",
+            "url": f"https://{a.agent_id}.fleet.internal",
+            "ttlSeconds": 3600,
+            "load": data.fleet_load(a),
+        },
+    )
+
+
 async def call(app, req: Request) -> tuple[int, bytes]:
     """One ASGI request: the status and body of the answer."""
     path, _, query = req.path.partition("?")
@@ -420,6 +435,20 @@ async def main_async(args) -> dict:
                 args.requests,
             ),
             ("ticket_mint", cycle(mint_bodies), (200, 201), args.requests),
+            (
+                # The throughput bench's offers: "verb noun" needs, no ticket.
+                "offers",
+                cycle(
+                    [
+                        request("POST", "/v1/offers", reader, {"need": f"{verb} {noun}", "limit": 5})
+                        for nouns in data.DOMAINS.values()
+                        for noun in nouns
+                        for verb in data.VERBS[:4]
+                    ]
+                ),
+                (200,),
+                args.requests,
+            ),
             ("introspect", cycle(introspections), (200,), args.requests),
             ("heartbeat", cycle(beats), (200,), args.requests),
             ("reregister_unchanged", cycle(reregistrations), (200,), args.requests),
@@ -432,6 +461,12 @@ async def main_async(args) -> dict:
             ("register_new", new_agent, (201,), max(args.requests // 10, 20)),
         ]
         only = set(args.only.split(",")) if args.only else None
+        if only is None or "offers" in only:
+            # Offers weigh live instances: every agent gets one for an hour, as a running fleet has.
+            fleet = [fleet_beat(a, publishers) for a in specs_all]
+            t0 = time.perf_counter()
+            errors = await drive(application, lambda i: fleet[i], len(fleet), 8, (200,))
+            print(f"{len(fleet)} fleet instances in {time.perf_counter() - t0:.0f}s ({errors} errors)", flush=True)
         meter = Meter(pool, name)
         offset = 0
         for scenario, source, expect, n in scenarios:

@@ -45,6 +45,11 @@ ADJECTIVES = ["fast", "reliable", "secure", "batch", "streaming", "audited", "mu
 PROPERTY_TYPES = ["string", "integer", "number", "boolean", "enum", "object", "array", "date"]
 
 
+def fleet_load(a: AgentSpec) -> float:
+    """The load the benches' fleet instance of `a` reports: in [0, 1), a pure function of its id."""
+    return _rng(0, "load", a.tenant, a.agent_id).randrange(100) / 100
+
+
 @dataclass(frozen=True)
 class AgentSpec:
     tenant: str

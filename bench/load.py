@@ -121,6 +121,9 @@ def _request_source(job: dict):
 
         return next_registration
     raws = [encode_request(host, r["method"], r["path"], r.get("headers", {}), r.get("body")) for r in job["requests"]]
+    if job.get("once"):  # each request sent once, then done
+        each = iter(raws)
+        return lambda: next(each, None)
     cycle = itertools.cycle(raws)
     return lambda: next(cycle)
 

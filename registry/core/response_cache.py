@@ -35,6 +35,9 @@ from registry.core.cache_budget import estimated_size
 DEFAULT_MAX_ENTRIES = 4096
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 DEFAULT_MAX_AGE = 10.0
+# Leases renew without a change-feed entry, so what is cached of them (an agent's live instances,
+# their loads) may lag this much behind: detail release and offers alike.
+LEASES_MAX_AGE = 1.0
 # Clocks of the database and this process may differ slightly: expire a little early.
 CLOCK_MARGIN = 0.05
 

@@ -5,11 +5,18 @@ Candidates come from discovery (registry.discovery.ranking.rank for a `need`, db
 `skill` alone: the latest in-force version per agent and skill, discovery's visibility); each is
 then put to detail release's own decision (auth.policy.decide_release), so an offer is exactly a
 capability the caller could be released right now. Ordering and scores are pure functions below
-(`offer_order`, `why_of`, `scores`); only `make_offers` reads and writes.
+(`decide_candidates`, `offer_order`, `why_of`, `scores`); the service around them reads and writes.
+
+Why it is cheap per request (docs/performance.md#offers): the decided candidates are kept per
+process for each (release profile, need's words, filters) on the terms of the response cache, and
+the chosen offers with their least-loaded instances for at most LEASES_MAX_AGE, as detail release
+keeps instances (choosing reads only the instances of the groups of equals that fill `limit`).
+Every request, cached or not, writes its `offer.made` events before the answer leaves.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -17,13 +24,14 @@ from typing import Annotated, Any
 
 import msgspec
 
-from auth.policy import CapabilityGate, Refusal, decide_release
+from auth.policy import CapabilityGate, Refusal, decide_release, release_profile
 from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
 from db.audit_events import AuditEvent
 from registry.core.problems import ErrorItem, ProblemError, invalid_request, problem_of
 from registry.core.records import SIDE_EFFECT_ORDER, SKILL_ID_MAX_LENGTH, agent_ref, capability_ref
+from registry.core.response_cache import LEASES_MAX_AGE, CachedResponse, expiry
 from registry.core.tracing import current_request_id
 from registry.core.wire import Wire
 from registry.discovery import ranking
@@ -177,32 +185,128 @@ def exclusion(caller: Caller, gate: CapabilityGate, *, region: str | None, live:
     return None
 
 
-def _latency(row: Any) -> float | None:
-    slo = row["slo"]
+class Candidate(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """A matching capability the caller may be offered: what its offer, its order and its audit
+    event need (the gate it was decided on is not kept)."""
+
+    tenant: str
+    agent_id: str
+    skill_id: str
+    version: str
+    name: str
+    side_effect: str
+    requires_approval: bool
+    scopes: tuple[str, ...]
+    latency: float | None
+    score: int
+    relevance: float
+
+    @property
+    def ref(self) -> str:
+        return capability_ref(self.tenant, self.agent_id, self.skill_id, self.version)
+
+
+# A decided group is kept encoded (about 100 bytes a candidate, against about 700 as objects), and
+# decoded only when a request reaches it: most requests fill their limit from the first groups.
+_encode_group = msgspec.msgpack.Encoder().encode
+_decode_group = msgspec.msgpack.Decoder(list[Candidate]).decode
+
+
+class Eligible(msgspec.Struct, frozen=True):
+    """The outcome of deciding one request's candidates for one release profile: the offerable ones
+    cut into groups of equals in `static_order` (instance load orders each group), each group
+    msgpack-encoded, and the counts of the excluded. `complete` is False when groups were left out
+    after the first ones that hold `keep` candidates (what a cache keeps)."""
+
+    groups: list[bytes]
+    excluded: dict[str, int]
+    complete: bool
+
+    def candidates(self, group: int) -> list[Candidate]:
+        return _decode_group(self.groups[group])
+
+
+def _latency(slo: Any) -> float | None:
     value = slo.get("latencyP99Ms") if isinstance(slo, dict) else None
     return float(value) if isinstance(value, (int, float)) and value >= 0 else None
 
 
-def offer_order(score: int, row: Any, instance: Any) -> tuple:
+def static_order(candidate: Candidate) -> tuple:
+    """Relevance first (ranked score, higher first), then lower side effect: the part of the offer
+    order that needs no instance (`offer_order` is the whole)."""
+    return (-candidate.score, SIDE_EFFECT_ORDER[candidate.side_effect])
+
+
+def offer_order(candidate: Candidate, instance: Any) -> tuple:
     """Relevance first (ranked score, higher first), then lower side effect, lower instance load
     (none sent: as fully loaded), lower p99 latency (none declared: last), then ref."""
     load = instance["load"]
-    latency = _latency(row)
     return (
-        -score,
-        SIDE_EFFECT_ORDER[row["side_effect"]],
+        *static_order(candidate),
         1.0 if load is None else load,
-        float("inf") if latency is None else latency,
-        capability_ref(row["tenant"], row["agent_id"], row["skill_id"], row["version"]),
+        float("inf") if candidate.latency is None else candidate.latency,
+        candidate.ref,
     )
 
 
-def why_of(relevance: float, row: Any, instance: Any) -> Why:
+def groups_of_equals(offerable: Sequence[Candidate]) -> list[list[Candidate]]:
+    """`offerable` (in static_order) cut into runs of equal static_order: instance load orders each."""
+    runs: list[list[Candidate]] = []
+    for candidate in offerable:
+        if runs and static_order(runs[-1][0]) == static_order(candidate):
+            runs[-1].append(candidate)
+        else:
+            runs.append([candidate])
+    return runs
+
+
+def decide_candidates(
+    caller: Caller, matches: Sequence[tuple[Any, int, float]], *, region: str | None, keep: int | None = None
+) -> Eligible:
+    """Put each match (discovery row, score, relevance) to detail release's decision (`exclusion`):
+    the offerable ones in groups of equals, the others counted by reason (never the invisible).
+    With `keep`, only the first groups that hold `keep` offerable candidates are kept."""
+    excluded: Counter[str] = Counter()
+    offerable = []
+    for row, score, relevance in matches:
+        gate = CapabilityGate.of(
+            public_capability(row), visibility=row["agent_visibility"], shared_with=row["agent_shared_with"]
+        )
+        reason = exclusion(caller, gate, region=region, live=row["live_instances"] > 0)
+        if reason is None:
+            offerable.append(
+                Candidate(
+                    tenant=row["tenant"],
+                    agent_id=row["agent_id"],
+                    skill_id=row["skill_id"],
+                    version=row["version"],
+                    name=row["name"],
+                    side_effect=row["side_effect"],
+                    requires_approval=row["requires_approval"],
+                    scopes=tuple(row["scopes"]),
+                    latency=_latency(row["slo"]),
+                    score=score,
+                    relevance=relevance,
+                )
+            )
+        elif reason != "invisible":
+            excluded[reason] += 1
+    offerable.sort(key=static_order)
+    groups, held = [], 0
+    for group in groups_of_equals(offerable):
+        if keep is not None and held >= keep:
+            break
+        groups.append(_encode_group(group))
+        held += len(group)
+    return Eligible(groups=groups, excluded=dict(excluded), complete=held == len(offerable))
+
+
+def why_of(candidate: Candidate, instance: Any) -> Why:
     load = instance["load"]
-    latency = _latency(row)
+    latency = candidate.latency
     return Why(
-        relevance=round(min(1.0, max(0.0, relevance)), 4),
-        risk=round(1 - SIDE_EFFECT_ORDER[row["side_effect"]] / _MAX_SIDE_EFFECT, 4),
+        relevance=round(min(1.0, max(0.0, candidate.relevance)), 4),
+        risk=round(1 - SIDE_EFFECT_ORDER[candidate.side_effect] / _MAX_SIDE_EFFECT, 4),
         load=round(0.0 if load is None else 1 - min(1.0, max(0.0, load)), 4),
         # 1 at 0 ms, 0.5 at one second, towards 0 beyond; nothing declared is 0.
         slo=round(0.0 if latency is None else 1000 / (1000 + latency), 4),
@@ -221,22 +325,30 @@ def scores(whys: Sequence[Why]) -> list[float]:
 
 # --- The service ---------------------------------------------------------------------------------
 
+# Offerable candidates a cached decision keeps: the groups of equals that fill the largest `limit`
+# twice over, so that instances lapsing since (rare: liveness is exact as of the entry) rarely leave
+# a request short; one that is short decides afresh, uncached.
+KEEP = 2 * MAX_LIMIT
 
-class _Candidate(msgspec.Struct):
-    row: Any
-    score: int
-    relevance: float
+
+def _cache_key(caller: Caller, body: OfferRequest, rank: int | None) -> tuple:
+    """Everything the decided candidates depend on: the caller's release profile (all the decision
+    reads of it), the need's words (all ranking reads of it), the filters and the region."""
+    words = tuple(ranking.query_words(body.need)) if body.need else None
+    tags = tuple(sorted(set(body.tags))) if body.tags else None
+    return ("offers", release_profile(caller), words, body.skill, tags, rank, body.region)
 
 
-async def _candidates(registry: Registry, caller: Caller, body: OfferRequest, rank: int | None) -> list[_Candidate]:
-    """Matching capabilities the caller may see, latest per agent and skill, best first."""
+async def _matches(registry: Registry, caller: Caller, body: OfferRequest, rank: int | None, now: datetime):
+    """Matching capabilities the caller may see, latest per agent and skill, best first, as
+    (row, score, relevance); and the change sequence and next effective moment read before them."""
     tags = tuple(body.tags) if body.tags else None
-    now = datetime.now(UTC)
     async with registry.pool.acquire() as conn:
+        seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
         if body.need:
             filters = ranking.SearchFilters(skill=body.skill, tags=tags, side_effect_max=rank)
             found = await ranking.rank(conn, caller.tenant, body.need, filters, limit=CANDIDATES_MAX, now=now)
-            return [_Candidate(r.row, r.position.score, r.relevance) for r in found]
+            return [(r.row, r.position.score, r.relevance) for r in found], seq, next_effective
         rows = await capability_queries.discover(
             conn,
             viewer_tenant=caller.tenant,
@@ -247,48 +359,107 @@ async def _candidates(registry: Registry, caller: Caller, body: OfferRequest, ra
             now=now,
         )
     # A skill named without words: every match is as relevant as the next.
-    return [_Candidate(row, 0, 1.0) for row in rows]
+    return [(row, 0, 1.0) for row in rows], seq, next_effective
+
+
+async def eligible(registry: Registry, caller: Caller, body: OfferRequest, rank: int | None) -> Eligible:
+    """The request's candidates decided for the caller, from the per-process cache on the terms of
+    registry.core.response_cache (kept for one change sequence: a new version, a visibility, scope,
+    region or status change, an agent coming alive all advance it; until the first version that
+    becomes effective and the first lease that lapses among the candidates; 10 s at most)."""
+    key = _cache_key(caller, body, rank)
+    entry = registry.release_cache.get(key, registry.watcher.cache_seq(), time.monotonic())
+    if entry is not None:
+        return entry.extra
+    now = datetime.now(UTC)
+    matches, seq, next_effective = await _matches(registry, caller, body, rank, now)
+    decided = decide_candidates(caller, matches, region=body.region, keep=KEEP)
+    boundaries = [next_effective, *(row["lease_until"] for row, _, _ in matches)]
+    expires = expiry(time.monotonic(), now, boundaries)
+    registry.release_cache.put(
+        key, CachedResponse(body=b"", etag="", seq=seq, expires=expires, extra=decided), registry.watcher.cache_seq()
+    )
+    return decided
+
+
+async def _placed(
+    registry: Registry, decided: Eligible, limit: int, excluded: Counter[str]
+) -> list[tuple[Candidate, Any]]:
+    """The first `limit` offerable candidates in offer order with their instances, reading the
+    instances of one group of equals at a time (only as many groups as fill `limit`). A candidate
+    whose instances lapsed since it was decided is counted unhealthy."""
+    placed: list[tuple[Candidate, Any]] = []
+    for index in range(len(decided.groups)):
+        group = decided.candidates(index)
+        instances = await agent_queries.least_loaded_instances(
+            registry.pool, sorted({(c.tenant, c.agent_id) for c in group})
+        )
+        ready = []
+        for candidate in group:
+            instance = instances.get((candidate.tenant, candidate.agent_id))
+            if instance is None:
+                excluded["unhealthy"] += 1
+            else:
+                ready.append((candidate, instance))
+        ready.sort(key=lambda pair: offer_order(*pair))
+        placed.extend(ready)
+        if len(placed) >= limit:
+            break
+    return placed[:limit]
+
+
+class _Chosen(msgspec.Struct, frozen=True):
+    offers: list[tuple[Candidate, Any]]
+    excluded: dict[str, int]
+
+
+async def _chosen(
+    registry: Registry, caller: Caller, body: OfferRequest, rank: int | None
+) -> tuple[list[tuple[Candidate, Any]], Counter[str]]:
+    """The request's offers in order, each with its agent's least-loaded live instance, and the
+    exclusion counts. Kept per process for the request's cache key and `limit` for at most
+    LEASES_MAX_AGE (and never past a chosen instance's lease, nor a committed change): instances and
+    loads are then as old as detail release's."""
+    key = (*_cache_key(caller, body, rank), body.limit)
+    seq = registry.watcher.cache_seq()
+    entry = registry.release_cache.get(("placed", key), seq, time.monotonic())
+    if entry is not None:
+        return entry.extra.offers, Counter(entry.extra.excluded)
+    decided = await eligible(registry, caller, body, rank)
+    excluded = Counter(decided.excluded)
+    chosen = await _placed(registry, decided, body.limit, excluded)
+    if len(chosen) < body.limit and not decided.complete:
+        # Instances lapsed among the kept candidates: decide afresh over all of them, uncached.
+        matches, _, _ = await _matches(registry, caller, body, rank, datetime.now(UTC))
+        decided = decide_candidates(caller, matches, region=body.region)
+        excluded = Counter(decided.excluded)
+        chosen = await _placed(registry, decided, body.limit, excluded)
+    if seq is not None:  # the instances were read after `seq` was known: at least that new
+        leases = [instance["expires_at"] for _, instance in chosen]
+        expires = expiry(time.monotonic(), datetime.now(UTC), leases, max_age=LEASES_MAX_AGE)
+        registry.release_cache.put(
+            ("placed", key),
+            CachedResponse(body=b"", etag="", seq=seq, expires=expires, extra=_Chosen(chosen, dict(excluded))),
+            registry.watcher.cache_seq(),
+        )
+    return chosen, excluded
 
 
 async def make_offers(registry: Registry, caller: Caller, body: OfferRequest, *, trace_id: str | None) -> OfferAnswer:
     """The offers for one request of an authenticated caller holding `registry:read` (the route and
     the MCP tool check that); each offer audited as `offer.made` before the answer leaves."""
     rank = parse_request(body, max_ttl=registry.settings.ticket_max_ttl)
-    candidates = await _candidates(registry, caller, body, rank)
-    excluded: Counter[str] = Counter()
-    eligible = []
-    for candidate in candidates:
-        row = candidate.row
-        gate = CapabilityGate.of(
-            public_capability(row), visibility=row["agent_visibility"], shared_with=row["agent_shared_with"]
-        )
-        reason = exclusion(caller, gate, region=body.region, live=row["live_instances"] > 0)
-        if reason is None:
-            eligible.append(candidate)
-        elif reason != "invisible":
-            excluded[reason] += 1
-    instances = await agent_queries.least_loaded_instances(
-        registry.pool, sorted({(c.row["tenant"], c.row["agent_id"]) for c in eligible})
-    )
-    placed = []
-    for candidate in eligible:
-        instance = instances.get((candidate.row["tenant"], candidate.row["agent_id"]))
-        if instance is None:  # its last lease lapsed since the candidates were read
-            excluded["unhealthy"] += 1
-        else:
-            placed.append((offer_order(candidate.score, candidate.row, instance), candidate, instance))
-    placed.sort(key=lambda item: item[0])
-    chosen = placed[: body.limit]
-    whys = [why_of(candidate.relevance, candidate.row, instance) for _, candidate, instance in chosen]
+    chosen, excluded = await _chosen(registry, caller, body, rank)
+    whys = [why_of(candidate, instance) for candidate, instance in chosen]
     offers = [
         Offer(
-            ref=capability_ref(row["tenant"], row["agent_id"], row["skill_id"], row["version"]),
-            agent=agent_ref(row["tenant"], row["agent_id"]),
-            id=row["skill_id"],
-            version=row["version"],
-            name=row["name"],
-            side_effect=row["side_effect"],
-            requires_approval=row["requires_approval"],
+            ref=candidate.ref,
+            agent=agent_ref(candidate.tenant, candidate.agent_id),
+            id=candidate.skill_id,
+            version=candidate.version,
+            name=candidate.name,
+            side_effect=candidate.side_effect,
+            requires_approval=candidate.requires_approval,
             score=score,
             why=why,
             instance=OfferInstance(
@@ -298,8 +469,7 @@ async def make_offers(registry: Registry, caller: Caller, body: OfferRequest, *,
                 expires_at=instance["expires_at"],
             ),
         )
-        for (_, candidate, instance), why, score in zip(chosen, whys, scores(whys), strict=False)
-        for row in (candidate.row,)
+        for (candidate, instance), why, score in zip(chosen, whys, scores(whys), strict=True)
     ]
     # An offer releases an instance URL: audited before the answer leaves, like a detail release.
     await registry.writes.record(
@@ -307,17 +477,16 @@ async def make_offers(registry: Registry, caller: Caller, body: OfferRequest, *,
             AuditEvent(
                 type=OFFER_MADE,
                 outcome="allowed",
-                tenant=row["tenant"],
+                tenant=candidate.tenant,
                 actor_tenant=caller.tenant,
                 actor=caller.sub,
                 actor_issuer=caller.issuer,
                 ref=offer.ref,
-                scopes=list(row["scopes"]),
+                scopes=list(candidate.scopes),
                 trace_id=trace_id,
                 request_id=current_request_id(),
             )
-            for offer, (_, candidate, _) in zip(offers, chosen, strict=False)
-            for row in (candidate.row,)
+            for offer, (candidate, _) in zip(offers, chosen, strict=True)
         ]
     )
     if body.ticket is not None and offers:

@@ -4,7 +4,7 @@ its skills and its live instances, cached per process on the terms of registry.c
 Two entries, because they age differently. The agent and the skill's versions change only through
 committed changes (each advances the change sequence, which empties the cache), so they are kept to
 the cache's usual backstop age. Leases renew without a change-feed entry, so the agent's live
-instances, their count and its health are kept at most _LEASES_MAX_AGE and re-read with one
+instances, their count and its health are kept at most LEASES_MAX_AGE and re-read with one
 statement; a ticket, which releases no instance, never reads them."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import msgspec
 from db import agents as agent_queries
 from db import capabilities as capability_queries
 from registry.core.records import CapabilityVersion
-from registry.core.response_cache import DEFAULT_MAX_AGE, CachedResponse, expiry
+from registry.core.response_cache import DEFAULT_MAX_AGE, LEASES_MAX_AGE, CachedResponse, expiry
 from registry.discovery.service import capability_version
 from registry.state import Registry
 
@@ -37,10 +37,6 @@ class Leases(msgspec.Struct, frozen=True):
     instances: list[Any]
     instance_count: int
     health: str
-
-
-# Leases renew without a change-feed entry, so health and instances may lag this much behind.
-_LEASES_MAX_AGE = 1.0
 
 
 async def skill_record(registry: Registry, tenant: str, agent_id: str, skill_id: str) -> SkillRecord:
@@ -66,7 +62,7 @@ async def skill_record(registry: Registry, tenant: str, agent_id: str, skill_id:
 
 
 async def leases(registry: Registry, tenant: str, agent_id: str) -> Leases:
-    """The agent's live instances and health, at most _LEASES_MAX_AGE old (and never older than the
+    """The agent's live instances and health, at most LEASES_MAX_AGE old (and never older than the
     last committed change: a health flip advances the change sequence)."""
     key = ("leases", tenant, agent_id)
     seq = registry.watcher.cache_seq()
@@ -76,7 +72,7 @@ async def leases(registry: Registry, tenant: str, agent_id: str) -> Leases:
     instances, count, health = await agent_queries.lease_snapshot(registry.pool, tenant, agent_id)
     found = Leases(instances=instances, instance_count=count, health=health)
     if seq is not None:  # read after `seq` was known: at least that new
-        expires = time.monotonic() + _LEASES_MAX_AGE
+        expires = time.monotonic() + LEASES_MAX_AGE
         registry.release_cache.put(
             key, CachedResponse(body=b"", etag="", seq=seq, expires=expires, extra=found), registry.watcher.cache_seq()
         )
