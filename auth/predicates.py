@@ -16,6 +16,7 @@ folded out when rendering, so the planner never sees a `NULL` comparison it cann
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from functools import cmp_to_key
 from typing import Any, Literal
 
 import msgspec
@@ -315,6 +316,10 @@ class Order:
             if x != y:
                 return x > y if desc else x < y
         return False
+
+    def sorted(self, rows: Iterable[Row]) -> list[Row]:
+        """`rows` in this order (the SQL `ORDER BY` of `sql`)."""
+        return sorted(rows, key=cmp_to_key(lambda a, b: -1 if self._before(a, b) else 1 if self._before(b, a) else 0))
 
     def first(self, rows: Iterable[Row]) -> Row | None:
         """The row that comes first in this order (None for no rows)."""

@@ -42,25 +42,18 @@ async def registration_hash(conn: asyncpg.Connection | asyncpg.Pool, tenant: str
     )
 
 
-async def set_registration_hash(conn: asyncpg.Connection, tenant: str, agent_id: str, digest: str) -> None:
-    await conn.execute(
-        "UPDATE agents SET registration_hash = $3 WHERE tenant = $1 AND agent_id = $2 AND registration_hash IS DISTINCT FROM $3",
-        tenant,
-        agent_id,
-        digest,
-    )
-
-
 async def lock_agent(conn: asyncpg.Connection, tenant: str, agent_id: str) -> None:
     """Serialize concurrent registrations of one agent (startup storms of many replicas)."""
     await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"{tenant}/{agent_id}")
 
 
 async def insert_agent(conn: asyncpg.Connection, tenant: str, agent_id: str, fields: dict) -> None:
+    """A new agent's row, with the registration applied (`registration_body`, `publisher_kid` and
+    `registration_hash` in `fields`, each optional: db.signatures.record_registration's columns)."""
     await conn.execute(
         """INSERT INTO agents (tenant, agent_id, name, description, version, provider, visibility,
-                               shared_with, card, card_hash)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)""",
+                               shared_with, card, card_hash, registration_body, publisher_kid, registration_hash)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)""",
         tenant,
         agent_id,
         fields["name"],
@@ -71,6 +64,9 @@ async def insert_agent(conn: asyncpg.Connection, tenant: str, agent_id: str, fie
         fields["shared_with"],
         fields["card"],
         fields["card_hash"],
+        fields.get("registration_body"),
+        fields.get("publisher_kid"),
+        fields.get("registration_hash"),
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -82,6 +82,33 @@ def latest_in_force(alias: str, now: str) -> str:
                                AND {LATEST_ORDER_RULE.before_sql(n, alias)})))"""
 
 
+def latest_marks(rows: Sequence[Mapping[str, Any]], *, now: datetime) -> list[tuple[bool, datetime | None]]:
+    """(latest, latest_until) of each of `rows` as refresh_latest derives them, in Python: versions of
+    one or more skills (every stored one that is not retired, and the new ones), the same rules read
+    the other way (auth.policy NOT_WITHDRAWN, IN_FORCE at now less CLOCK_SKEW_MARGIN, LATEST_ORDER).
+    New rows are inserted with it (insert_versions), so that the refresh after them, which stays the
+    authority, finds them right and writes nothing: a row written twice is two tuples, with every
+    index entry of the second (two GIN indexes among them) written again."""
+    settled = now - CLOCK_SKEW_MARGIN
+    marks: list[tuple[bool, datetime | None]] = [(False, None)] * len(rows)
+    skills: dict[tuple[str, str, str], list[int]] = {}
+    for index, row in enumerate(rows):
+        skills.setdefault((row["tenant"], row["agent_id"], row["skill_id"]), []).append(index)
+    for indexes in skills.values():
+        in_force_before, next_effective = 0, None
+        for row in LATEST_ORDER_RULE.sorted([{**rows[i], "_index": i} for i in indexes]):
+            live = NOT_WITHDRAWN_RULE.holds(row)
+            if live and in_force_before == 0:
+                marks[row["_index"]] = (True, next_effective)
+            if IN_FORCE_RULE.holds(row, now=settled):
+                in_force_before += 1
+            if live and row["effective_at"] is not None:
+                next_effective = (
+                    row["effective_at"] if next_effective is None else min(next_effective, row["effective_at"])
+                )
+    return marks
+
+
 def _refresh_latest_sql(keys: str, settled: str) -> str:
     """One window pass over the skills' versions in LATEST_ORDER (`keys`: a condition on `c`;
     `settled`: the placeholder of the moment CLOCK_SKEW_MARGIN before now)."""
@@ -104,14 +131,19 @@ def _refresh_latest_sql(keys: str, settled: str) -> str:
            AND (u.latest IS DISTINCT FROM t.latest OR u.latest_until IS DISTINCT FROM t.latest_until)"""
 
 
-async def refresh_latest(conn: asyncpg.Connection, keys: list[tuple[str, str, str]], *, now: datetime) -> None:
+async def refresh_latest(
+    conn: asyncpg.Connection, keys: list[tuple[str, str, str]], *, now: datetime, agents_locked: bool = False
+) -> None:
     """Re-derive the latest marker of the given (tenant, agent, skill) keys, in the writing
     transaction. Takes each agent's registration lock first (db.agents.lock_agent, in key order) so
-    concurrent writers of one skill refresh one after the other, each seeing the other's rows."""
+    concurrent writers of one skill refresh one after the other, each seeing the other's rows
+    (`agents_locked`: the caller holds them already). Rows whose marker is already right are not
+    written (a write of a row is a new tuple, with every index entry written again)."""
     if not keys:
         return
-    for tenant, agent_id in sorted({(k[0], k[1]) for k in keys}):
-        await lock_agent(conn, tenant, agent_id)
+    if not agents_locked:
+        for tenant, agent_id in sorted({(k[0], k[1]) for k in keys}):
+            await lock_agent(conn, tenant, agent_id)
     await conn.execute(
         _refresh_latest_sql(
             "(c.tenant, c.agent_id, c.skill_id) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))", "$4"
@@ -137,18 +169,27 @@ async def content_hashes(conn: asyncpg.Connection, tenant: str, agent_id: str) -
     return {(r["skill_id"], r["version"]): r["content_hash"] for r in rows}
 
 
-async def insert_versions(conn: asyncpg.Connection, rows: list[dict[str, Any]], *, now: datetime) -> None:
-    """Insert new capability versions (rows with the same keys) in one pipelined round trip. Their
-    words go into the search lexicon once per batch (db.group_commit, WriteScope.index_words)."""
+async def insert_versions(
+    conn: asyncpg.Connection, rows: list[dict[str, Any]], *, now: datetime, stored: Sequence[Mapping[str, Any]]
+) -> None:
+    """Insert new capability versions of one agent (rows with the same keys) in one pipelined round
+    trip, under that agent's registration lock (db.agents.lock_agent, the caller's), then refresh
+    their skills' latest marker. `stored`: the agent's versions that are not retired (version_contracts),
+    for the marker the rows are inserted with (latest_marks). Their words go into the search
+    lexicon once per batch (db.group_commit, WriteScope.index_words)."""
     if not rows:
         return
+    marks = latest_marks([*rows, *stored], now=now)
+    rows = [row | {"latest": latest, "latest_until": until} for row, (latest, until) in zip(rows, marks, strict=False)]
     columns = list(rows[0])
     placeholders = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
     await conn.executemany(
         f"INSERT INTO capability_versions ({', '.join(columns)}) VALUES ({placeholders})",
         [tuple(row[column] for column in columns) for row in rows],
     )
-    await refresh_latest(conn, [(row["tenant"], row["agent_id"], row["skill_id"]) for row in rows], now=now)
+    await refresh_latest(
+        conn, [(row["tenant"], row["agent_id"], row["skill_id"]) for row in rows], now=now, agents_locked=True
+    )
 
 
 async def add_search_words(conn: asyncpg.Connection, texts: list[str]) -> None:
@@ -350,10 +391,11 @@ async def discover(
 
 
 async def version_contracts(conn: asyncpg.Connection, tenant: str, agent_id: str) -> list[asyncpg.Record]:
-    """What the compatibility check compares, for every non-retired version of an agent's skills."""
+    """What the compatibility check compares, and what the latest marker is derived from
+    (latest_marks), for every non-retired version of an agent's skills."""
     return await conn.fetch(
-        """SELECT skill_id, version, input_schema, output_schema, scopes, side_effect, requires_approval, data_regions,
-                  status, fixture_count
+        """SELECT tenant, agent_id, skill_id, version, input_schema, output_schema, scopes, side_effect,
+                  requires_approval, data_regions, status, fixture_count, version_key, prerelease, effective_at
              FROM capability_versions
             WHERE tenant = $1 AND agent_id = $2 AND status <> 'retired'""",
         tenant,

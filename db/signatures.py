@@ -50,18 +50,30 @@ async def signature_requirements(
 
 
 async def record_registration(
-    conn: asyncpg.Connection, tenant: str, agent_id: str, body: bytes, publisher_kid: str | None
+    conn: asyncpg.Connection,
+    tenant: str,
+    agent_id: str,
+    body: bytes | None,
+    publisher_kid: str | None,
+    body_hash: str | None,
 ) -> None:
-    """Keep the applied registration's body and the kid of its verified publisher signature (an
-    unsigned registration never clears a kid: no downgrade, checked before)."""
+    """Keep the applied registration's body, the kid of its verified publisher signature (an
+    unsigned registration never clears a kid: no downgrade, checked before) and the body's digest
+    (registry.agents.registration.registration_digest: the unchanged fast path), in one write of
+    the agent's row, none when nothing differs. None keeps what is stored."""
     await conn.execute(
-        """UPDATE agents SET registration_body = $3, publisher_kid = coalesce($4, publisher_kid)
+        """UPDATE agents SET registration_body = coalesce($3, registration_body),
+                             publisher_kid = coalesce($4, publisher_kid),
+                             registration_hash = coalesce($5, registration_hash)
             WHERE tenant = $1 AND agent_id = $2
-              AND (registration_body IS DISTINCT FROM $3 OR publisher_kid IS DISTINCT FROM coalesce($4, publisher_kid))""",
+              AND (registration_body IS DISTINCT FROM coalesce($3, registration_body)
+                   OR publisher_kid IS DISTINCT FROM coalesce($4, publisher_kid)
+                   OR registration_hash IS DISTINCT FROM coalesce($5, registration_hash))""",
         tenant,
         agent_id,
         body,
         publisher_kid,
+        body_hash,
     )
 
 

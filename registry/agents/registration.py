@@ -219,6 +219,24 @@ def incompatibilities(
     return errors
 
 
+def has_neighbours(existing: list[tuple[str, Version, dict]], new: list[tuple[int, str, Version, dict]]) -> bool:
+    """Whether any new version has another version of its skill to be compared with (stored, or
+    earlier in the same body): without one, `incompatibilities` finds nothing to compare."""
+    skills = [skill_id for _, skill_id, _, _ in new]
+    known = {skill_id for skill_id, _, _ in existing}
+    return len(set(skills)) < len(skills) or any(skill_id in known for skill_id in skills)
+
+
+async def compare_versions(
+    existing: list[tuple[str, Version, dict]], new: list[tuple[int, str, Version, dict]]
+) -> list[ErrorItem]:
+    """`incompatibilities` in a worker process (registry.core.bounded_work), within a deadline; none
+    to compute, and no hand-off, when no new version has a neighbour (a new agent's first skills)."""
+    if not has_neighbours(existing, new):
+        return []
+    return await bounded(incompatibilities, existing, new, what="comparing the new versions with the published ones")
+
+
 def _compatibility_inputs(
     stored: list[Any], prepared: PreparedRegistration, new_skills: list[PreparedSkill]
 ) -> tuple[list, list]:
@@ -242,9 +260,7 @@ async def check_compatibility_ahead(pool: Any, tenant: str, agent_id: str, prepa
         return
     stored = await capability_queries.version_contracts(pool, tenant, agent_id)
     existing, new = _compatibility_inputs(stored, prepared, new_skills)
-    breaking = await bounded(
-        incompatibilities, existing, new, what="comparing the new versions with the published ones"
-    )
+    breaking = await compare_versions(existing, new)
     prepared.verdict = CompatibilityVerdict(existing, new, breaking)
 
 
@@ -334,8 +350,18 @@ async def apply_registration(
         or list(existing["shared_with"]) != fields["shared_with"]
         or (prepared.publisher_kid is not None and existing["publisher_kid"] != prepared.publisher_kid)
     )
-    if created:
-        await agent_queries.insert_agent(conn, tenant, agent_id, fields)
+    if created:  # with the registration applied (the others write it last: record_registration)
+        await agent_queries.insert_agent(
+            conn,
+            tenant,
+            agent_id,
+            fields
+            | {
+                "registration_body": prepared.body,
+                "publisher_kid": prepared.publisher_kid,
+                "registration_hash": prepared.body_hash,
+            },
+        )
     elif agent_changed:
         await agent_queries.update_agent(conn, tenant, agent_id, fields)
     if agent_changed:
@@ -343,7 +369,8 @@ async def apply_registration(
         scope.audit(event("agent.registered", ref_of_agent, reason=prepared.publisher_kid))
         scope.change("agent.registered", tenant, agent_id, ref_of_agent)
 
-    hashes = await capability_queries.content_hashes(conn, tenant, agent_id)
+    # A new agent has no versions to read: they reference its row, which did not exist under its lock.
+    hashes = {} if created else await capability_queries.content_hashes(conn, tenant, agent_id)
     conflicts: list[ErrorItem] = []
     published: list[VersionRef] = []
     unchanged: list[VersionRef] = []
@@ -366,20 +393,16 @@ async def apply_registration(
     if conflicts:
         raise ProblemError(409, "version_conflict", "published versions are immutable", errors=conflicts)
     candidates: dict[tuple[str, str], CandidateRef] = {}
+    stored_versions: list[Any] = []
     if new_skills:
-        stored_versions = await capability_queries.version_contracts(conn, tenant, agent_id)
+        stored_versions = [] if created else await capability_queries.version_contracts(conn, tenant, agent_id)
         candidates = candidate_baselines(stored_versions, new_skills)
         existing_contracts, new_contracts = _compatibility_inputs(stored_versions, prepared, new_skills)
         verdict = prepared.verdict
         if verdict is not None and verdict.existing == existing_contracts and verdict.new == new_contracts:
             breaking = verdict.breaking
         else:  # published versions changed since `check_compatibility_ahead` (or it did not run)
-            breaking = await bounded(
-                incompatibilities,
-                existing_contracts,
-                new_contracts,
-                what="comparing the new versions with the published ones",
-            )
+            breaking = await compare_versions(existing_contracts, new_contracts)
         if breaking:
             raise ProblemError(
                 409,
@@ -394,7 +417,7 @@ async def apply_registration(
         row["status"] = "candidate" if candidate else "active"
         row["baseline"] = candidate.baseline if candidate else None
         rows.append(row)
-    await capability_queries.insert_versions(conn, rows, now=datetime.now(UTC))
+    await capability_queries.insert_versions(conn, rows, now=datetime.now(UTC), stored=stored_versions)
     scope.index_words(*(row["search_text"] for row in rows))
     for skill in new_skills:
         version_ref = capability_ref(tenant, agent_id, skill.skill.id, skill.skill.version)
@@ -407,10 +430,10 @@ async def apply_registration(
         else:
             scope.audit(published_event)
             scope.change("version.published", tenant, agent_id, version_ref)
-    if prepared.body is not None:
-        await signature_queries.record_registration(conn, tenant, agent_id, prepared.body, prepared.publisher_kid)
-    if prepared.body_hash is not None:
-        await agent_queries.set_registration_hash(conn, tenant, agent_id, prepared.body_hash)
+    if not created and (prepared.body is not None or prepared.body_hash is not None):
+        await signature_queries.record_registration(
+            conn, tenant, agent_id, prepared.body, prepared.publisher_kid, prepared.body_hash
+        )
     published = [ref for ref in published if (ref.id, ref.version) not in candidates]
     return RegistrationResult(
         created=created or bool(published) or bool(candidates),

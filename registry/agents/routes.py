@@ -108,26 +108,23 @@ async def register_agent(request: Request, tenant: TenantPath, agent_id: AgentPa
     result = await agents.register(
         registry, caller, tenant, agent_id, data, await request.body(), trace_id=trace_id_of(request)
     )
-    entry = await agents.agent_view_entry(registry, tenant, agent_id)
-    assert entry is not None  # registered just above (agents are never deleted)
-    refs = _encoder.encode(
-        {"published": result.published, "unchanged": result.unchanged, "candidates": result.candidates}
-    )
     registry_url = registry.public_url()
-    sign_card = BackgroundTask(
-        agents.sign_new_card,
+    entry, sign_card = await agents.registered_view(
         registry,
         tenant,
         agent_id,
         base_url=f"{registry_url}/v1/agents/{tenant}/{agent_id}",
         jku=jwks_url(registry_url),
     )
+    refs = _encoder.encode(
+        {"published": result.published, "unchanged": result.unchanged, "candidates": result.candidates}
+    )
     # JSON bytes of the annotated RegistrationResponse, which litestar documents in OpenAPI.
     return Response(
         b'{"agent":' + entry.body + b"," + refs[1:],  # type: ignore[arg-type]
         status_code=201 if result.created else 200,
         media_type="application/json",
-        background=sign_card,
+        background=BackgroundTask(sign_card),
     )
 
 

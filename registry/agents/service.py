@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 
@@ -126,34 +128,57 @@ async def unchanged_registration(
     return entry, refs.skills
 
 
+class _AgentSnapshot(msgspec.Struct):
+    """An agent's row and the latest version of each of its skills, read together, with the change
+    sequence read before them and when the next version becomes effective (the cache's terms)."""
+
+    seq: int
+    next_effective: datetime | None
+    now: datetime
+    agent: Any
+    skills: list
+
+
+async def _snapshot(registry: Registry, tenant: str, agent_id: str, *, detail: bool) -> _AgentSnapshot | None:
+    now = datetime.now(UTC)
+    async with registry.pool.acquire() as conn:
+        seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
+        agent = await agent_queries.get_agent(conn, tenant, agent_id)
+        skills = (
+            await capability_queries.latest_per_skill(conn, tenant, agent_id, now=now, detail=detail) if agent else []
+        )
+    if agent is None:
+        return None
+    return _AgentSnapshot(seq, next_effective, now, agent, skills)
+
+
+def _view_entry(registry: Registry, snapshot: _AgentSnapshot) -> CachedResponse:
+    """The encoded public view of the snapshot's agent, kept in the cache (when still current)."""
+    agent = snapshot.agent
+    body = msgspec.json.encode(agent_view(agent, snapshot.skills))  # public fields only, of detail rows too
+    first_lapse = agent["lease_bounds"][0] if agent["lease_bounds"] else None
+    entry = CachedResponse(
+        body=body,
+        etag=etag_of(body),
+        seq=snapshot.seq,
+        expires=expiry(time.monotonic(), snapshot.now, [snapshot.next_effective, first_lapse]),
+        extra=(agent["visibility"], tuple(agent["shared_with"])),
+    )
+    registry.responses.put(("agent-view", agent["tenant"], agent["agent_id"]), entry, registry.watcher.cache_seq())
+    return entry
+
+
 async def agent_view_entry(registry: Registry, tenant: str, agent_id: str) -> CachedResponse | None:
     """The encoded agent public view (None: no such agent), from the per-process cache on the
     public card's terms (registry.core.response_cache): dropped on any committed change, and ending
     when the agent's first live lease lapses or a version becomes effective. A new instance of an
     already healthy agent is not a change, so `liveInstances` may lag by the cache's max age.
     Visibility is the caller's to check (`visible_view`): the entry is the same for everyone."""
-    key = ("agent-view", tenant, agent_id)
-    entry = registry.responses.get(key, registry.watcher.cache_seq(), time.monotonic())
+    entry = registry.responses.get(("agent-view", tenant, agent_id), registry.watcher.cache_seq(), time.monotonic())
     if entry is not None:
         return entry
-    now = datetime.now(UTC)
-    async with registry.pool.acquire() as conn:
-        seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
-        agent = await agent_queries.get_agent(conn, tenant, agent_id)
-        skills = await capability_queries.latest_per_skill(conn, tenant, agent_id, now=now) if agent else []
-    if agent is None:
-        return None
-    body = msgspec.json.encode(agent_view(agent, skills))
-    first_lapse = agent["lease_bounds"][0] if agent["lease_bounds"] else None
-    entry = CachedResponse(
-        body=body,
-        etag=etag_of(body),
-        seq=seq,
-        expires=expiry(time.monotonic(), now, [next_effective, first_lapse]),
-        extra=(agent["visibility"], tuple(agent["shared_with"])),
-    )
-    registry.responses.put(key, entry, registry.watcher.cache_seq())
-    return entry
+    snapshot = await _snapshot(registry, tenant, agent_id, detail=False)
+    return None if snapshot is None else _view_entry(registry, snapshot)
 
 
 def _visible(caller: Caller | None, tenant: str, entry: CachedResponse | None) -> CachedResponse:
@@ -178,47 +203,61 @@ async def visible_card(
     return _visible(caller, tenant, entry)
 
 
+def _card_key(registry: Registry, base_url: str, jku: str) -> tuple:
+    # Keyed by the signing key too: a rotation changes no record, and a card cached with the
+    # signature of a key since removed from the JWKS would not verify.
+    return ("agent-card", base_url, jku, registry.keyring.signing_kid)
+
+
+async def _card_entry(registry: Registry, snapshot: _AgentSnapshot, *, base_url: str, jku: str) -> CachedResponse:
+    """The encoded, signed public card of the snapshot's agent (read with detail rows), kept in the
+    cache (when still current)."""
+    key = _card_key(registry, base_url, jku)
+    agent = snapshot.agent
+    card = public_agent_card(agent["card"], [capability_version(row) for row in snapshot.skills], base_url=base_url)
+    card = await registry.card_signatures.sign(card, registry.keyring, jku=jku)
+    body = msgspec.json.encode(card)
+    entry = CachedResponse(
+        body=body,
+        etag=etag_of(body),
+        seq=snapshot.seq,
+        expires=expiry(time.monotonic(), snapshot.now, [snapshot.next_effective]),
+        extra=(agent["visibility"], tuple(agent["shared_with"])),
+    )
+    registry.responses.put(key, entry, registry.watcher.cache_seq())
+    return entry
+
+
 async def public_card_entry(
     registry: Registry, tenant: str, agent_id: str, *, base_url: str, jku: str
 ) -> CachedResponse | None:
     """The encoded, signed public card of an agent whoever may see it (None: no such agent), from
     the per-process cache; visibility is the caller's to check (`visible_card`)."""
-    # Keyed by the signing key too: a rotation changes no record, and a card cached with the
-    # signature of a key since removed from the JWKS would not verify.
-    key = ("agent-card", base_url, jku, registry.keyring.signing_kid)
-    entry = registry.responses.get(key, registry.watcher.cache_seq(), time.monotonic())
-    if entry is None:
-        now = datetime.now(UTC)
-        async with registry.pool.acquire() as conn:
-            seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
-            agent = await agent_queries.get_agent(conn, tenant, agent_id)
-            rows = (
-                await capability_queries.latest_per_skill(conn, tenant, agent_id, now=now, detail=True) if agent else []
-            )
-        if agent is None:
-            return None
-        card = public_agent_card(agent["card"], [capability_version(row) for row in rows], base_url=base_url)
-        card = await registry.card_signatures.sign(card, registry.keyring, jku=jku)
-        body = msgspec.json.encode(card)
-        entry = CachedResponse(
-            body=body,
-            etag=etag_of(body),
-            seq=seq,
-            expires=expiry(time.monotonic(), now, [next_effective]),
-            extra=(agent["visibility"], tuple(agent["shared_with"])),
-        )
-        registry.responses.put(key, entry, registry.watcher.cache_seq())
-    return entry
+    entry = registry.responses.get(_card_key(registry, base_url, jku), registry.watcher.cache_seq(), time.monotonic())
+    if entry is not None:
+        return entry
+    snapshot = await _snapshot(registry, tenant, agent_id, detail=True)
+    return None if snapshot is None else await _card_entry(registry, snapshot, base_url=base_url, jku=jku)
 
 
-async def sign_new_card(registry: Registry, tenant: str, agent_id: str, *, base_url: str, jku: str) -> None:
-    """After a registration changed something, sign the agent's new public card at once (a
-    background task after the answer): the card version is signed once, here, and its first
-    readers are answered from the signature cache instead of paying for the signing."""
-    try:
-        await public_card_entry(registry, tenant, agent_id, base_url=base_url, jku=jku)
-    except Exception as exc:  # an optimisation only: the first reader signs instead
-        log.warning("signing the new card of %s/%s failed: %r", tenant, agent_id, exc)
+async def registered_view(
+    registry: Registry, tenant: str, agent_id: str, *, base_url: str, jku: str
+) -> tuple[CachedResponse, Callable[[], Awaitable[None]]]:
+    """After a registration: the agent's encoded public view for the answer, and `sign_card`, to run
+    after the answer has left (a background task), which signs the agent's new public card and keeps
+    it, so that its first readers are answered from the cache instead of paying for the signing. One
+    read serves both (the card's detail rows hold the view's public fields)."""
+    snapshot = await _snapshot(registry, tenant, agent_id, detail=True)
+    if snapshot is None:  # registered just before (agents are never deleted)
+        raise RuntimeError(f"{tenant}/{agent_id} was registered but cannot be read")
+
+    async def sign_card() -> None:
+        try:
+            await _card_entry(registry, snapshot, base_url=base_url, jku=jku)
+        except Exception as exc:  # an optimisation only: the first reader signs instead
+            log.warning("signing the new card of %s/%s failed: %r", tenant, agent_id, exc)
+
+    return _view_entry(registry, snapshot), sign_card
 
 
 async def skill_versions(

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from auth import predicates as p
 from auth.policy import EFFECTIVE, IN_FORCE, LATEST_ORDER, NOT_WITHDRAWN, VISIBLE, can_see
 from auth.principal import Caller
+from db.capabilities import CLOCK_SKEW_MARGIN, in_force, latest_marks, refresh_latest, visible_agents_filter
 from db.capabilities import LATEST_ORDER as LATEST_ORDER_SQL
-from db.capabilities import in_force, visible_agents_filter
 from registry.versions.semver import Version
 
 TENANTS = ("t1", "t2", "t3")
@@ -172,3 +172,88 @@ async def test_latest_order_is_decided_alike_by_sql_and_python(db):
             position = {r["version"]: i for i, r in enumerate(in_sql)}
             for pair in before:
                 assert pair["before"] is (position[pair["a"]] < position[pair["b"]]), (versions, pair)
+
+
+async def test_latest_order_sorts_as_sql_orders(db):
+    """LATEST_ORDER.sorted (the Python reading latest_marks walks) is the SQL ORDER BY's order."""
+    cases: list = []
+
+    @settings(max_examples=100, deadline=None, database=None)
+    @given(st.lists(_VERSIONS, min_size=1, max_size=8, unique=True))
+    def collect(versions):
+        cases.append(versions)
+
+    collect()
+    async with db.acquire() as conn:
+        for versions in cases:
+            rows = [
+                {"prerelease": Version.parse(v).is_prerelease, "version_key": Version.parse(v).sort_key(), "version": v}
+                for v in versions
+            ]
+            in_sql = await conn.fetch(
+                'SELECT c.version FROM (SELECT p AS prerelease, k COLLATE "C" AS version_key, v AS version'
+                "  FROM unnest($1::boolean[], $2::text[], $3::text[]) AS u(p, k, v)) AS c"
+                f" ORDER BY {LATEST_ORDER_SQL}",
+                [r["prerelease"] for r in rows],
+                [r["version_key"] for r in rows],
+                [r["version"] for r in rows],
+            )
+            assert [r["version"] for r in LATEST_ORDER.sorted(rows)] == [r["version"] for r in in_sql], versions
+
+
+async def test_latest_marks_are_what_refresh_latest_writes(db):
+    """db.capabilities.latest_marks (the marker new versions are inserted with) against
+    refresh_latest's own SQL, over random versions of two skills: statuses, effective moments on
+    both sides of the clock-skew margin, pre-releases and builds. A disagreement costs only a second
+    write of the row (the refresh stays the authority), but then every new version pays it."""
+    settled = NOW - CLOCK_SKEW_MARGIN
+    moments = (
+        None,
+        settled - timedelta(days=1),
+        settled,
+        settled + timedelta(microseconds=1),
+        NOW + timedelta(hours=1),
+    )
+    version = st.tuples(st.sampled_from(["s1", "s2"]), _VERSIONS, st.sampled_from(STATUSES), st.sampled_from(moments))
+    cases: list = []
+
+    @settings(max_examples=200, deadline=None, database=None)
+    @given(st.lists(version, min_size=1, max_size=8, unique_by=lambda v: (v[0], v[1])))
+    def collect(versions):
+        cases.append(versions)
+
+    collect()
+    async with db.acquire() as conn, conn.transaction():
+        # A temporary table of the marker's columns, found first on the search path: the refresh's
+        # own statement runs on it unchanged.
+        await conn.execute(
+            "CREATE TEMP TABLE capability_versions (tenant text, agent_id text, skill_id text, version text,"
+            ' version_key text COLLATE "C", prerelease boolean, status text, effective_at timestamptz,'
+            " latest boolean NOT NULL DEFAULT false, latest_until timestamptz) ON COMMIT DROP"
+        )
+        for versions in cases:
+            rows = [
+                {
+                    "tenant": "t1",
+                    "agent_id": "a1",
+                    "skill_id": skill,
+                    "version": v,
+                    "version_key": Version.parse(v).sort_key(),
+                    "prerelease": Version.parse(v).is_prerelease,
+                    "status": status,
+                    "effective_at": at,
+                }
+                for skill, v, status, at in versions
+            ]
+            await conn.execute("TRUNCATE capability_versions")
+            await conn.executemany(
+                "INSERT INTO capability_versions VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                [tuple(r.values()) for r in rows],
+            )
+            await refresh_latest(conn, [("t1", "a1", "s1"), ("t1", "a1", "s2")], now=NOW, agents_locked=True)
+            stored = {
+                (r["skill_id"], r["version"]): (r["latest"], r["latest_until"])
+                for r in await conn.fetch("SELECT skill_id, version, latest, latest_until FROM capability_versions")
+            }
+            marks = latest_marks(rows, now=NOW)
+            assert {(r["skill_id"], r["version"]): m for r, m in zip(rows, marks, strict=True)} == stored, versions

@@ -181,3 +181,18 @@ async def test_lifecycle_needs_admin_of_the_own_tenant(client, mint, tenant, oth
     private = f"/v1/agents/{tenant}/ledger/skills/ledger.reverse-entry/versions/1.0.0/retire"
     response = await client.post(private, headers=mint(other_tenant, "a", "registry:admin"))
     assert response.status_code == 404 and response.json()["code"] == "not_found"
+
+
+async def test_a_new_agents_first_registration_compares_versions_of_one_skill_in_its_body(client, mint, tenant, db):
+    """A new agent has no stored versions, so its versions are compared only with each other: a
+    breaking 2.1.0 beside 2.0.0 in its very first body is still refused, and nothing is stored (the
+    agent row included)."""
+    breaking = with_required(lookup("2.1.0"), "customerId")
+    response = await put(client, mint, tenant, card(lookup("2.0.0"), breaking))
+    assert response.status_code == 409, response.text
+    assert response.json()["code"] == "incompatible_change"
+    assert await count_rows(db, "capability_versions", tenant=tenant) == 0
+    assert await count_rows(db, "agents", tenant=tenant) == 0
+    # Different skills in one first body have no neighbours: published, with no comparison to make.
+    other = {**lookup("1.0.0"), "id": "invoice.search"}
+    assert (await put(client, mint, tenant, card(lookup("2.0.0"), other))).status_code == 201
