@@ -70,7 +70,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             registry.leases.start()
             # What registrant schema work's processes import when they start (on first use; they
             # stop after a minute without work: registry.core.bounded_work).
-            bounded_work().start(preload=("registry.release.arguments", "registry.agents.registration"))
+            bounded_work().start(preload=("registry.release.arguments", "registry.agents.preparation"))
             metrics.gauges = [
                 ("capreg_db_pool_size", "connections open in the pool", pool.get_size),
                 ("capreg_db_pool_idle", "idle connections in the pool", pool.get_idle_size),

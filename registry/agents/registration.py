@@ -1,7 +1,8 @@
 """Registration: turning a PUT body into immutable capability versions, in one transaction.
 
-`prepare_registration_now` is pure (parse, normalize, validate, hash) and `prepare_registration` runs
-it in a worker process (registry.core.bounded_work); `apply_registration` writes it.
+The pure part (parse, normalize, validate, hash, compare: registry.agents.preparation) runs in a
+worker process (registry.core.bounded_work, `prepare_registration`, `compare_versions`);
+`apply_registration` writes it.
 """
 
 from __future__ import annotations
@@ -19,24 +20,22 @@ from db import signatures as signature_queries
 from db.audit_events import AuditEvent
 from db.changes import CANDIDATE_CHANGE_KIND
 from db.group_commit import WriteScope
-from registry.agents.card_signing import CardNotCanonical, canonical_card
-from registry.agents.cards import a2a_card_dict, normalize_registration
+from registry.agents.preparation import (
+    CompatibilityVerdict,
+    PreparedRegistration,
+    PreparedSkill,
+    incompatibilities,
+    prepare_registration_outcome,
+)
 from registry.core.bounded_checks import bounded
 from registry.core.problems import ErrorItem, ProblemError, invalid_request
-from registry.core.records import (
-    SIDE_EFFECT_ORDER,
-    AgentRegistration,
-    SkillRegistration,
-    agent_ref,
-    capability_ref,
-)
+from registry.core.records import SIDE_EFFECT_ORDER, AgentRegistration, SkillRegistration, agent_ref, capability_ref
 from registry.core.wire import Wire
-from registry.versions.compatibility.verdict import baseline, publish_verdict
-from registry.versions.contracts import parse_version, schema_errors, skill_content, skill_contract
-from registry.versions.fixtures import fixture_errors, fixtures_content
+from registry.versions.compatibility.verdict import baseline
+from registry.versions.contracts import skill_content, skill_contract
+from registry.versions.fixtures import fixtures_content
 from registry.versions.semver import Version
 
-_encoder = msgspec.json.Encoder(order="sorted")
 # The change recorded for a new candidate (and its retirement): never shown by the feed (db.changes).
 CANDIDATE_CHANGE = CANDIDATE_CHANGE_KIND
 
@@ -53,39 +52,6 @@ class CandidateRef(Wire):
     version: str
     baseline: str
     fixtures: int
-
-
-class PreparedSkill(msgspec.Struct):
-    skill: SkillRegistration
-    version: Version
-    requires_approval: bool
-    content_hash: str
-
-
-class CompatibilityVerdict(msgspec.Struct):
-    """`incompatibilities(existing, new)` computed before the write, with the inputs it was computed on."""
-
-    existing: list
-    new: list
-    breaking: list[ErrorItem]
-
-
-class PreparedRegistration(msgspec.Struct):
-    registration: AgentRegistration
-    card: dict
-    card_hash: str
-    skills: list[PreparedSkill]
-    verdict: CompatibilityVerdict | None = None
-    # registration_digest of the body's bytes: stored with the agent for the unchanged fast path.
-    body_hash: str | None = None
-    # The body as received, kept with the agent (GET .../registration), and the kid of its verified
-    # publisher signature (None: unsigned; registry.agents.publisher_keys.verified_publisher).
-    body: bytes | None = None
-    publisher_kid: str | None = None
-
-
-def _hash(value: Any) -> str:
-    return hashlib.sha256(_encoder.encode(value)).hexdigest()
 
 
 # Part of every registration digest: bump it whenever validation or normalization of a registration
@@ -114,51 +80,6 @@ async def prepare_registration(registration: AgentRegistration) -> PreparedRegis
         return outcome
     detail, errors = outcome
     raise invalid_request(detail, errors)
-
-
-def prepare_registration_outcome(registration: AgentRegistration) -> PreparedRegistration | tuple[str, list[ErrorItem]]:
-    """`prepare_registration_now`, its refusal returned rather than raised (to cross a process boundary)."""
-    try:
-        return prepare_registration_now(registration)
-    except ProblemError as error:
-        return error.detail, list(error.errors or [])
-
-
-def prepare_registration_now(registration: AgentRegistration) -> PreparedRegistration:
-    """Parse, normalize, validate (schemas compiled) and hash a registration; ProblemError if invalid."""
-    registration = normalize_registration(registration)
-    errors: list[ErrorItem] = []
-    if not registration.skills:
-        errors.append(ErrorItem(path="/skills", message="an agent registers at least one skill"))
-    seen: set[tuple[str, str]] = set()
-    prepared: list[PreparedSkill] = []
-    for index, skill in enumerate(registration.skills):
-        base = f"/skills/{index}"
-        version = parse_version(skill.version, f"{base}/version")
-        if isinstance(version, ErrorItem):
-            errors.append(version)
-            continue
-        key = (skill.id, str(version))
-        if key in seen:
-            errors.append(ErrorItem(path=base, message=f"{skill.id}@{skill.version} appears twice"))
-        seen.add(key)
-        schema_problems = schema_errors(skill.input_schema, f"{base}/inputSchema", must_be_object=True)
-        schema_problems += schema_errors(skill.output_schema, f"{base}/outputSchema", must_be_object=False)
-        errors += schema_problems
-        errors += fixture_errors(skill, base, schemas_valid=not schema_problems)
-        content = skill_content(skill)
-        prepared.append(PreparedSkill(skill, version, content["requiresApproval"], _hash(content)))
-    if errors:
-        raise invalid_request("the registration is invalid", errors)
-    card = a2a_card_dict(registration)
-    try:  # every card served from it is signed: it must have A2A's canonical form (registry.agents.card_signing)
-        canonical_card({key: value for key, value in card.items() if key != "signatures"})
-    except CardNotCanonical as exc:
-        raise invalid_request(
-            "the card is not an A2A AgentCard with an RFC 8785 canonical form, so it cannot be signed",
-            [ErrorItem(path="", message=str(exc))],
-        ) from None
-    return PreparedRegistration(registration, card, _hash(card), prepared)
 
 
 def _search_text(skill: SkillRegistration) -> str:
@@ -196,44 +117,19 @@ def _version_row(tenant: str, agent_id: str, prepared: PreparedSkill) -> dict[st
     }
 
 
-def incompatibilities(
-    existing: list[tuple[str, Version, dict]], new: list[tuple[int, str, Version, dict]]
-) -> list[ErrorItem]:
-    """Breaking changes that new versions would publish without a major bump, by `publish_verdict`.
-
-    `existing`: (skill id, version, contract) of stored, non-retired versions; `new`: (index in the
-    body, skill id, version, contract). Versions published earlier in the same request count as
-    published for the ones after them.
-    """
-    known = list(existing)
-    errors: list[ErrorItem] = []
-    for index, skill_id, version, contract in sorted(new, key=lambda item: (item[1], item[2])):
-        line = [(v, c) for s, v, c in known if s == skill_id]
-        for neighbour, above, change in publish_verdict(version, contract, line):
-            if above:
-                message = f"{skill_id}@{neighbour} is already published and would break callers of {version}: {change.message}"
-            else:
-                message = f"{change.message} (compared with {skill_id}@{neighbour}; breaking changes need a new major version)"
-            errors.append(ErrorItem(path=f"/skills/{index}{change.path}", kind=change.kind, message=message))
-        known.append((skill_id, version, contract))
-    return errors
-
-
-def has_neighbours(existing: list[tuple[str, Version, dict]], new: list[tuple[int, str, Version, dict]]) -> bool:
-    """Whether any new version has another version of its skill to be compared with (stored, or
-    earlier in the same body): without one, `incompatibilities` finds nothing to compare."""
-    skills = [skill_id for _, skill_id, _, _ in new]
-    known = {skill_id for skill_id, _, _ in existing}
+def has_neighbours(stored: list[Any], new_skills: list[PreparedSkill]) -> bool:
+    """Whether any new version has another version of its skill to be compared with: a stored one
+    that is not retired (`stored`: version_contracts' rows), or one earlier in the same body. Without
+    one, `incompatibilities` has nothing to compare and finds nothing (a new agent's first skills)."""
+    skills = [p.skill.id for p in new_skills]
+    known = {row["skill_id"] for row in stored}
     return len(set(skills)) < len(skills) or any(skill_id in known for skill_id in skills)
 
 
 async def compare_versions(
     existing: list[tuple[str, Version, dict]], new: list[tuple[int, str, Version, dict]]
 ) -> list[ErrorItem]:
-    """`incompatibilities` in a worker process (registry.core.bounded_work), within a deadline; none
-    to compute, and no hand-off, when no new version has a neighbour (a new agent's first skills)."""
-    if not has_neighbours(existing, new):
-        return []
+    """`incompatibilities` in a worker process (registry.core.bounded_work), within a deadline."""
     return await bounded(incompatibilities, existing, new, what="comparing the new versions with the published ones")
 
 
@@ -258,7 +154,10 @@ async def check_compatibility_ahead(pool: Any, tenant: str, agent_id: str, prepa
     new_skills = [p for p in prepared.skills if (p.skill.id, p.skill.version) not in hashes]
     if not new_skills:
         return
-    stored = await capability_queries.version_contracts(pool, tenant, agent_id)
+    # No stored version at all (a new agent): nothing to read (every version, retired ones too, has a hash).
+    stored = await capability_queries.version_contracts(pool, tenant, agent_id) if hashes else []
+    if not has_neighbours(stored, new_skills):
+        return  # nothing to compare: the write finds the same (apply_registration)
     existing, new = _compatibility_inputs(stored, prepared, new_skills)
     breaking = await compare_versions(existing, new)
     prepared.verdict = CompatibilityVerdict(existing, new, breaking)
@@ -397,12 +296,14 @@ async def apply_registration(
     if new_skills:
         stored_versions = [] if created else await capability_queries.version_contracts(conn, tenant, agent_id)
         candidates = candidate_baselines(stored_versions, new_skills)
-        existing_contracts, new_contracts = _compatibility_inputs(stored_versions, prepared, new_skills)
-        verdict = prepared.verdict
-        if verdict is not None and verdict.existing == existing_contracts and verdict.new == new_contracts:
-            breaking = verdict.breaking
-        else:  # published versions changed since `check_compatibility_ahead` (or it did not run)
-            breaking = await compare_versions(existing_contracts, new_contracts)
+        breaking: list[ErrorItem] = []
+        if has_neighbours(stored_versions, new_skills):
+            existing_contracts, new_contracts = _compatibility_inputs(stored_versions, prepared, new_skills)
+            verdict = prepared.verdict
+            if verdict is not None and verdict.existing == existing_contracts and verdict.new == new_contracts:
+                breaking = verdict.breaking
+            else:  # published versions changed since `check_compatibility_ahead` (or it did not run)
+                breaking = await compare_versions(existing_contracts, new_contracts)
         if breaking:
             raise ProblemError(
                 409,

@@ -9,17 +9,23 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import asyncpg
 import msgspec
-from litestar import Request, Response
-from litestar.exceptions import HTTPException, ValidationException
 
 from auth.policy import Refusal
 from registry.core.json_pointer import escape_token
 from registry.core.tracing import new_trace_id, trace_id_from
 from registry.core.wire import Wire
+
+if TYPE_CHECKING:
+    import asyncpg
+    from litestar import Request, Response
+    from litestar.exceptions import HTTPException
+
+# litestar and asyncpg are imported by the functions that answer with a response, not here: the
+# schema worker processes (registry.core.bounded_work) import this module for ProblemError and
+# ErrorItem alone, and each of them would carry both (about 16 MB of its RSS, docs/performance.md).
 
 log = logging.getLogger("capreg.errors")
 
@@ -221,6 +227,8 @@ def ard_error_body(error: ProblemError) -> bytes:
 
 
 def problem_response(request: Request, error: ProblemError) -> Response:
+    from litestar import Response
+
     if is_ard_path(request.scope.get("path", "")):
         trace_id = _trace_id(request)
         return Response(
@@ -272,6 +280,8 @@ async def send_problem(scope, send, error: ProblemError) -> None:
 
 
 def _from_http_exception(exc: HTTPException) -> ProblemError:
+    from litestar.exceptions import ValidationException
+
     status = exc.status_code
     if isinstance(exc, ValidationException) or (status == 400):
         errors = []
@@ -309,18 +319,19 @@ def _from_http_exception(exc: HTTPException) -> ProblemError:
     return ProblemError(status, "invalid_request" if status < 500 else "internal_error", str(exc.detail))
 
 
-_UNAVAILABLE = (
-    asyncpg.CannotConnectNowError,
-    asyncpg.ConnectionDoesNotExistError,
-    asyncpg.TooManyConnectionsError,
-    asyncpg.InterfaceError,
-    ConnectionError,
-    OSError,
-    TimeoutError,
-)
-
-
 def handle_exception(request: Request, exc: Exception) -> Response:
+    import asyncpg
+    from litestar.exceptions import HTTPException
+
+    unavailable = (
+        asyncpg.CannotConnectNowError,
+        asyncpg.ConnectionDoesNotExistError,
+        asyncpg.TooManyConnectionsError,
+        asyncpg.InterfaceError,
+        ConnectionError,
+        OSError,
+        TimeoutError,
+    )
     if isinstance(exc, ProblemError):
         return problem_response(request, exc)
     if isinstance(exc, HTTPException):
@@ -330,7 +341,7 @@ def handle_exception(request: Request, exc: Exception) -> Response:
     if isinstance(exc, RecursionError):
         # msgspec gives up on JSON nested deeper than the interpreter's recursion limit.
         return problem_response(request, invalid_request("request body nests too deeply"))
-    if isinstance(exc, _UNAVAILABLE) or isinstance(exc, asyncpg.exceptions.PostgresConnectionError):
+    if isinstance(exc, unavailable) or isinstance(exc, asyncpg.exceptions.PostgresConnectionError):
         log.warning("database unavailable: %r", exc)
         return problem_response(
             request,

@@ -64,7 +64,9 @@ async def test_a_second_tenant_registers_while_the_first_saturates_its_share(cli
     await register("quiet", quiet, "quick", _card({"type": "object"}), other_tenant)
     await asyncio.gather(*flood)
     order = [who for who, _, _ in sorted(finished, key=lambda item: item[1])]
-    assert order[0] == "quiet", order  # before even the first of the noisy tenant's registrations
+    # Only what the noisy tenant already had running in its share may finish first (its first
+    # registration is one schema task since a new agent needs no comparison); never one it queued.
+    assert order.index("quiet") <= bounded_work().shares.limit, order
     assert all(status == 201 for _, _, status in finished), finished  # slow, but allowed: all served
 
 
