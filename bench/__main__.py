@@ -134,9 +134,9 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
-def tree_rss_mb(pid: int) -> float:
-    """VmRSS of a server process and its worker children (PostgreSQL processes excluded)."""
-    total_kb, stack, seen = 0, [pid], set()
+def _tree(pid: int) -> list[tuple[int, str]]:
+    """A server process and its worker children as (pid, /proc status), PostgreSQL processes excluded."""
+    found, stack, seen = [], [pid], set()
     while stack:
         p = stack.pop()
         if p in seen:
@@ -149,11 +149,73 @@ def tree_rss_mb(pid: int) -> float:
         name = status.split("\n", 1)[0].split(":", 1)[1].strip()
         if name.startswith("postgres") or name == "pg_ctl":
             continue
-        for line in status.splitlines():
-            if line.startswith("VmRSS:"):
-                total_kb += int(line.split()[1])
+        found.append((p, status))
         stack += _children(p)
-    return total_kb / 1024
+    return found
+
+
+def _status_kb(status: str, field_name: str) -> int:
+    for line in status.splitlines():
+        if line.startswith(field_name):
+            return int(line.split()[1])
+    return 0
+
+
+def tree_rss_mb(pid: int) -> float:
+    """VmRSS of a server process and its worker children (PostgreSQL processes excluded)."""
+    return sum(_status_kb(status, "VmRSS:") for _, status in _tree(pid)) / 1024
+
+
+def _what(p: int) -> str:
+    try:
+        cmdline = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "?"
+    return "schema worker" if SCHEMA_WORKER_MARK in cmdline else cmdline.strip()[:60]
+
+
+# How a schema worker process (registry.core.bounded_work) is told apart in the process tree.
+SCHEMA_WORKER_MARK = "registry.core.bounded_work"
+
+
+def tree_memory(pid: int) -> dict:
+    """VmRSS and PSS of every process of the tree. VmRSS summed over a parent and the workers it
+    forked counts the pages they share (the interpreter, the modules imported before the fork) once
+    per process; PSS charges each shared page to its sharers in parts, so its sum is what the tree
+    holds of the machine's memory."""
+    processes = []
+    for p, status in _tree(pid):
+        pss_kb = 0
+        try:
+            pss_kb = _status_kb(Path(f"/proc/{p}/smaps_rollup").read_text(), "Pss:")
+        except OSError:
+            pass
+        processes.append(
+            {
+                "pid": p,
+                "what": _what(p),
+                "rss_mb": round(_status_kb(status, "VmRSS:") / 1024, 1),
+                "pss_mb": round(pss_kb / 1024, 1),
+            }
+        )
+    return {
+        "rss_mb": round(sum(x["rss_mb"] for x in processes), 1),
+        "pss_mb": round(sum(x["pss_mb"] for x in processes), 1),
+        "processes": processes,
+    }
+
+
+def memory_at_rest(pid: int, wait_seconds: float) -> dict:
+    """The tree's memory once the bench's load is over and the schema workers have stopped (they stop
+    after the pool's idle time, registry.core.bounded_work.IDLE_SECONDS), waiting at most
+    `wait_seconds`: what a registry that served the bench holds while it waits for the next request."""
+    deadline = time.monotonic() + wait_seconds
+    while time.monotonic() < deadline and any(_what(p) == "schema worker" for p, _ in _tree(pid)):
+        time.sleep(1.0)
+    memory = tree_memory(pid)
+    memory["waited_seconds"] = round(wait_seconds - max(0.0, deadline - time.monotonic()), 1)
+    memory["schema_workers"] = sum(1 for x in memory["processes"] if x["what"] == "schema worker")
+    return memory
 
 
 class RssSampler:
@@ -544,6 +606,13 @@ def main(argv: list[str] | None = None) -> int:
         help="run the noisy-neighbour scenario instead (bench/noisy_neighbour.py): one tenant's p99 beside another's costliest requests",
     )
     parser.add_argument(
+        "--rest-seconds",
+        type=float,
+        default=80.0,
+        help="after the scenarios, wait at most this long for the schema workers to stop, then measure the "
+        "server's memory at rest (default 80: their idle time is 60 s)",
+    )
+    parser.add_argument(
         "--quiet-connections",
         type=int,
         default=4,
@@ -571,6 +640,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     plans: dict[str, str] = {}
     commit_latency: dict[str, float] = {}
+    at_rest: dict = {}
     try:
         # -- baseline
         bport = free_port()
@@ -969,6 +1039,15 @@ def main(argv: list[str] | None = None) -> int:
             dsn, handle = registry.dsn()
             plans = asyncio.run(explain_plans(dsn))
             del handle
+        at_rest = memory_at_rest(pid, args.rest_seconds)
+        print(
+            f"  memory at rest after the bench ({at_rest['schema_workers']} schema workers, waited "
+            f"{at_rest['waited_seconds']:.0f} s): RSS {at_rest['rss_mb']:.0f} MB summed, PSS {at_rest['pss_mb']:.0f} MB; "
+            + ", ".join(
+                f"{x['what'].split(' --')[0]} {x['rss_mb']:.0f}/{x['pss_mb']:.0f}" for x in at_rest["processes"]
+            ),
+            flush=True,
+        )
     finally:
         stop(baseline_proc)
         registry.stop()
@@ -989,12 +1068,18 @@ def main(argv: list[str] | None = None) -> int:
         "results": [r.__dict__ for r in results],
         "explain": plans,
         "durable_commit": commit_latency,
+        "memory_at_rest": at_rest,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(report, indent=2))
     print()
     print(table(results, args))
+    if at_rest:
+        print(
+            f"memory at rest after the bench: RSS {at_rest['rss_mb']:.0f} MB summed over the server's processes, "
+            f"PSS {at_rest['pss_mb']:.0f} MB ({at_rest['schema_workers']} schema workers left)"
+        )
     print(f"\n{report['elapsed_seconds']:.0f}s; results in {path}")
     return 0
 

@@ -222,6 +222,47 @@ async def renew_leases(
     return [RenewedLease(*row) for row in rows]
 
 
+async def renew_live_leases(conn: asyncpg.Connection, renewals: list[LeaseRenewal]) -> list[RenewedLease]:
+    """Renew those of `renewals` whose lease is live beyond the lapse margin, in one statement that
+    commits on its own (issue 23: a steady heartbeat's batch is one round trip, not BEGIN, the lock
+    statement, the upsert and COMMIT); the others are left to renew_leases, which stays the one
+    place that admits a new instance, applies the instance bound and logs health flips.
+
+    Nothing here needs renew_leases' lock or its change-feed row: a live lease is always renewed
+    (the bound is on new instances), and an agent with a live lease is already healthy, so renewing
+    it flips nothing. An UPDATE never creates a lease. Rows are locked in key order first, as the
+    upsert writes them, so this and concurrent batches of either kind take row locks in one order.
+    The commit does not wait for its WAL flush, like renew_leases' (set in the statement: its
+    implicit transaction is the statement's own)."""
+    if not renewals:
+        return []
+    columns = [list(column) for column in zip(*renewals, strict=False)]
+    rows = await conn.fetch(
+        f"""WITH settings AS (
+               SELECT set_config('synchronous_commit', 'off', true) AS off
+           ), input AS (
+               SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::float8[])
+                        AS t(tenant, agent_id, instance_id, url, ttl, load)
+           ), live AS (
+               SELECT x.tenant, x.agent_id, x.instance_id FROM agent_instances x
+                 JOIN input i ON x.tenant = i.tenant AND x.agent_id = i.agent_id AND x.instance_id = i.instance_id
+                WHERE x.expires_at > now() + interval '{_LAPSE_MARGIN}'
+                ORDER BY x.tenant, x.agent_id, x.instance_id
+                  FOR NO KEY UPDATE OF x
+           ), renewed AS (
+               UPDATE agent_instances AS x
+                  SET url = coalesce(i.url, x.url), load = i.load, expires_at = now() + make_interval(secs => i.ttl),
+                      last_seen_at = now(), updated_at = now()
+                 FROM live l JOIN input i USING (tenant, agent_id, instance_id)
+                WHERE x.tenant = l.tenant AND x.agent_id = l.agent_id AND x.instance_id = l.instance_id
+                RETURNING x.tenant, x.agent_id, x.instance_id, x.expires_at
+           )
+           SELECT r.tenant, r.agent_id, r.instance_id, r.expires_at FROM renewed r, settings""",
+        *columns,
+    )
+    return [RenewedLease(row["tenant"], row["agent_id"], row["instance_id"], row["expires_at"], None) for row in rows]
+
+
 # What one answer lists of an agent's live instances (contract section 19): the least loaded
 # first (an instance that sent no load after those that did), the total given alongside.
 MAX_LISTED_INSTANCES = 50

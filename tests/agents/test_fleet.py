@@ -200,6 +200,85 @@ async def test_a_renewal_batch_commits_without_waiting_for_its_wal_unless_health
     assert await db.fetchval("SELECT current_setting('synchronous_commit')") == default  # local to the batch
 
 
+async def test_the_one_statement_path_renews_only_live_leases_and_commits_on_its_own(client, mint, tenant, db):
+    """db.agents.renew_live_leases: a lease live beyond the lapse margin is renewed (url kept when
+    none is sent, load replaced); one within the margin, a lapsed one and a missing one are left to
+    renew_leases (absent from the answer, untouched, nothing inserted); the change is committed when
+    the call returns, outside any transaction."""
+    from db.agents import LeaseRenewal, renew_live_leases
+
+    await register(client, mint, tenant)
+    for instance_id in ("live", "closing", "lapsed"):
+        answer = await heartbeat(
+            client,
+            mint,
+            tenant,
+            {"instanceId": instance_id, "url": f"https://{instance_id}.acme.internal", "ttlSeconds": 30},
+        )
+        assert answer.status_code == 200, answer.text
+    await db.execute(
+        "UPDATE agent_instances SET expires_at = now() + interval '2 seconds' WHERE tenant = $1 AND instance_id = 'closing'",
+        tenant,
+    )
+    await db.execute(
+        "UPDATE agent_instances SET expires_at = now() - interval '1 second' WHERE tenant = $1 AND instance_id = 'lapsed'",
+        tenant,
+    )
+    before = {row["instance_id"]: row for row in await leases(db, tenant)}
+    async with db.acquire() as conn:
+        renewed = await renew_live_leases(
+            conn,
+            [
+                LeaseRenewal(tenant, "billing-agent", instance_id, None, 90, 0.5)
+                for instance_id in ("closing", "lapsed", "live", "missing")
+            ],
+        )
+        assert not conn.is_in_transaction()
+    assert [(r.instance_id, r.change_seq) for r in renewed] == [("live", None)]
+    after = {row["instance_id"]: row for row in await leases(db, tenant)}  # another connection: committed
+    assert set(after) == {"live", "closing", "lapsed"}
+    assert after["live"]["expires_at"] == renewed[0].expires_at > before["live"]["expires_at"]
+    assert (after["live"]["url"], after["live"]["load"]) == ("https://live.acme.internal", 0.5)
+    for instance_id in ("closing", "lapsed"):
+        assert after[instance_id] == before[instance_id]
+
+
+async def test_a_steady_heartbeat_takes_the_one_statement_path_and_a_stale_hint_the_full_one(
+    client, mint, tenant, db, monkeypatch
+):
+    """The second heartbeat of an instance this process renewed is one statement (renew_leases is not
+    called); when its lease lapsed meanwhile in the database (the hint is stale), the same heartbeat
+    is renewed by renew_leases, which logs the agent's health flip back to healthy."""
+    import db.leases as lease_batches
+
+    calls = []
+    original = lease_batches.renew_leases
+
+    async def counting(conn, renewals, *args, **kwargs):
+        calls.append([r.instance_id for r in renewals])
+        return await original(conn, renewals, *args, **kwargs)
+
+    monkeypatch.setattr(lease_batches, "renew_leases", counting)
+    await register(client, mint, tenant)
+    body = {"instanceId": "i-1", "ttlSeconds": 30}
+    assert (await heartbeat(client, mint, tenant, body)).status_code == 200
+    assert calls == [["i-1"]]  # a new instance: the full statement
+    flips = await db.fetchval("SELECT count(*) FROM changes WHERE tenant = $1 AND kind = 'agent.health'", tenant)
+    assert flips == 1
+    steady = await heartbeat(client, mint, tenant, {**body, "load": 0.7})
+    assert steady.status_code == 200 and steady.json()["health"] == "healthy"
+    assert calls == [["i-1"]]  # renewed by the one statement
+    assert (await leases(db, tenant))[0]["load"] == 0.7
+
+    await db.execute("UPDATE agent_instances SET expires_at = now() - interval '1 second' WHERE tenant = $1", tenant)
+    revived = await heartbeat(client, mint, tenant, body)
+    assert revived.status_code == 200 and revived.json()["health"] == "healthy"
+    assert calls == [["i-1"], ["i-1"]]
+    assert await db.fetchval("SELECT count(*) FROM changes WHERE tenant = $1 AND kind = 'agent.health'", tenant) == 2
+    view = (await client.get(f"/v1/agents/{tenant}/billing-agent")).json()
+    assert view["health"] == "healthy" and view["liveInstances"] == 1
+
+
 async def test_the_same_instance_twice_in_one_batch_is_renewed_once(client, mint, tenant, db):
     await register(client, mint, tenant)
     publish = mint(tenant, "p", "registry:publish")

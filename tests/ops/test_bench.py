@@ -56,6 +56,8 @@ def test_the_benchmark_runs_end_to_end_at_a_tiny_size(tmp_path):
         "8",
         "--out",
         str(tmp_path),
+        "--rest-seconds",
+        "1",
     ]
     if os.environ.get("DATABASE_URL"):
         args += ["--database-url", os.environ["DATABASE_URL"]]
@@ -91,6 +93,10 @@ def test_the_benchmark_runs_end_to_end_at_a_tiny_size(tmp_path):
     assert results["instances_per_worker"]["rps"] == results["heartbeat"]["rps"] * 30
     assert "public first page (limit 50)" in report["explain"]
     assert "req/s" in run.stdout
+    # Memory at rest: every process of the server's tree, with PSS no larger than RSS summed.
+    rest = report["memory_at_rest"]
+    assert rest["processes"] and all(x["rss_mb"] > 0 for x in rest["processes"]), rest
+    assert 0 < rest["pss_mb"] <= rest["rss_mb"], rest
 
 
 async def test_the_noisy_neighbours_requests_are_slow_but_allowed(client, mint, tenant):
