@@ -377,3 +377,21 @@ async def test_the_agent_view_is_cached_and_moves_with_writes(client, mint, tena
     # A heartbeat that makes the agent healthy is a change: the cached view follows at once.
     assert (await heartbeat(client, mint, tenant, {"instanceId": "i-1"})).status_code == 200
     assert (await client.get(f"/v1/agents/{tenant}/billing-agent")).json()["health"] == "healthy"
+
+
+def test_the_live_lease_hints_are_bounded_and_keep_the_newest(monkeypatch):
+    """A fleet larger than LIVE_HINTS_MAX costs no more memory: the least recently renewed are
+    forgotten (they take the full statement again), a refused lease is never remembered."""
+    import db.leases as lease_batches
+    from db.agents import LeaseRenewal, RenewedLease
+
+    monkeypatch.setattr(lease_batches, "LIVE_HINTS_MAX", 3)
+    queue = lease_batches.LeaseRenewals(None)  # no pool: no statement runs here
+    expiry = datetime.now()
+    for n in range(5):
+        key = ("acme", "billing-agent", f"i-{n}")
+        queue._remember_live([RenewedLease(*key, expiry, None)], {key: LeaseRenewal(*key, None, 30, None)}, 100.0)
+    refused = ("acme", "billing-agent", "i-full")
+    queue._remember_live([RenewedLease(*refused, None, None)], {refused: LeaseRenewal(*refused, None, 30, None)}, 100.0)
+    assert list(queue._live_until) == [hash(("acme", "billing-agent", f"i-{n}")) for n in (2, 3, 4)]
+    assert set(queue._live_until.values()) == {130.0}
