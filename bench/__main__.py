@@ -283,6 +283,8 @@ class Result:
     ratios: dict = field(default_factory=dict)
     target: dict = field(default_factory=dict)
     meets_target: bool | None = None
+    # The first unexpected answers (head and body), so that a run says what its errors were.
+    unexpected: list = field(default_factory=list)
 
 
 def percentile(sorted_values: list[int], p: float) -> float:
@@ -318,6 +320,7 @@ def drive(job: dict, generators: int = 1) -> dict:
         "requests": len(latencies),
         "errors": sum(o["errors"] for o in outs),
         "statuses": statuses,
+        "unexpected": [answer for o in outs for answer in o.get("unexpected", [])][:3],
         "rps": len(latencies) / seconds,
         "p50_ms": percentile(latencies, 50),
         "p99_ms": percentile(latencies, 99),
@@ -333,6 +336,8 @@ def measure(result: Result, job: dict, pid: int, generators: int = 1) -> Result:
         setattr(result, key, value)
     result.rss_mb = rss.peak
     result.connections, result.generators = job["connections"], generators
+    for answer in result.unexpected:
+        print(f"  unexpected answer in {result.name}:\n    " + answer.replace("\r\n", "\n    ")[:1500], flush=True)
     return result
 
 

@@ -19,6 +19,10 @@ import json
 import sys
 import time
 
+# How many unexpected answers a run keeps, and how much of each.
+UNEXPECTED_KEPT = 3
+UNEXPECTED_BYTES = 2000
+
 
 class Http1Connection(asyncio.Protocol):
     """One keep-alive connection; one request in flight at a time."""
@@ -28,6 +32,7 @@ class Http1Connection(asyncio.Protocol):
         self.buffer = bytearray()
         self.waiter: asyncio.Future | None = None
         self.closed = asyncio.get_running_loop().create_future()
+        self.last_error = b""  # the last 4xx/5xx answer whole, so a run can say what went wrong
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -45,6 +50,8 @@ class Http1Connection(asyncio.Protocol):
         parsed = _parse_response(self.buffer)
         if parsed is not None:
             status, consumed, close = parsed
+            if status >= 400:
+                self.last_error = bytes(self.buffer[:consumed])
             del self.buffer[:consumed]
             self.waiter.set_result((status, close))
 
@@ -136,6 +143,7 @@ async def run(job: dict) -> dict:
     latencies: list[int] = []
     statuses: dict[int, int] = {}
     errors = 0
+    unexpected: list[str] = []  # the first few unexpected answers, head and body (bounded)
     started = time.perf_counter()
     measure_from = started + warmup
     deadline = measure_from + duration
@@ -171,6 +179,8 @@ async def run(job: dict) -> dict:
                 statuses[status] = statuses.get(status, 0) + 1
                 if status not in expect:
                     errors += 1
+                    if len(unexpected) < UNEXPECTED_KEPT and status >= 400:
+                        unexpected.append(conn.last_error[:UNEXPECTED_BYTES].decode(errors="replace"))
         if conn is not None and conn.transport is not None:
             conn.transport.close()
 
@@ -184,6 +194,7 @@ async def run(job: dict) -> dict:
         "statuses": {str(k): v for k, v in sorted(statuses.items())},
         "seconds": measured,
         "latencies_us": latencies,
+        "unexpected": unexpected,
         "cpu_seconds": cpu1 - cpu0,
         "wall_seconds": wall1 - wall0,
     }

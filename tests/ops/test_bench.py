@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -124,3 +125,20 @@ async def test_the_noisy_neighbours_requests_are_slow_but_allowed(client, mint, 
         json={"old": _skill(slow_patterns(12)), "new": _skill(slow_patterns(13), "1.1.0")},
     )
     assert compared.status_code == 200 or "took more than" in compared.json()["detail"], compared.text
+
+
+async def test_the_load_generator_keeps_an_unexpected_answer_to_show_it():
+    """bench/load.py keeps the last 4xx/5xx answer of a connection whole (a run then prints what
+    its errors were), and nothing of a 2xx."""
+    from bench.load import Http1Connection
+
+    conn = Http1Connection()
+    ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"
+    conn.waiter = asyncio.get_running_loop().create_future()
+    conn.data_received(ok)
+    assert await conn.waiter == (200, False) and conn.last_error == b""
+    refused = b'HTTP/1.1 400 Bad Request\r\ncontent-length: 26\r\n\r\n{"code":"invalid_request"}'
+    conn.waiter = asyncio.get_running_loop().create_future()
+    conn.data_received(refused)
+    assert await conn.waiter == (400, False)
+    assert conn.last_error.startswith(b"HTTP/1.1 400") and conn.last_error.endswith(b'{"code":"invalid_request"}')
