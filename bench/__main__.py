@@ -166,16 +166,16 @@ def tree_rss_mb(pid: int) -> float:
     return sum(_status_kb(status, "VmRSS:") for _, status in _tree(pid)) / 1024
 
 
+# How a schema worker process (registry.core.bounded_work) is told apart in the process tree.
+SCHEMA_WORKER_MARK = "registry.core.bounded_work"
+
+
 def _what(p: int) -> str:
     try:
         cmdline = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return "?"
     return "schema worker" if SCHEMA_WORKER_MARK in cmdline else cmdline.strip()[:60]
-
-
-# How a schema worker process (registry.core.bounded_work) is told apart in the process tree.
-SCHEMA_WORKER_MARK = "registry.core.bounded_work"
 
 
 def tree_memory(pid: int) -> dict:

@@ -241,6 +241,12 @@ async def test_the_one_statement_path_renews_only_live_leases_and_commits_on_its
     assert (after["live"]["url"], after["live"]["load"]) == ("https://live.acme.internal", 0.5)
     for instance_id in ("closing", "lapsed"):
         assert after[instance_id] == before[instance_id]
+    # Its commit does not wait for the WAL flush either (read inside an outer transaction, where the
+    # statement's local setting outlives it).
+    async with db.acquire() as conn, conn.transaction():
+        again = await renew_live_leases(conn, [LeaseRenewal(tenant, "billing-agent", "live", None, 90, None)])
+        assert [r.instance_id for r in again] == ["live"]
+        assert await conn.fetchval("SELECT current_setting('synchronous_commit')") == "off"
 
 
 async def test_a_steady_heartbeat_takes_the_one_statement_path_and_a_stale_hint_the_full_one(
