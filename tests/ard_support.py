@@ -3,7 +3,7 @@ checked, nothing ever fetched.
 
 ARD's files are not copied into this repository (the project commits no other project's files). They
 are read from a checkout of ards-project/ard-spec named by `ARD_SPEC` (its `spec/schemas/` and
-`conformance/bin/conformance-test`); `.ci/run` exports one, pinned to `ARD_SPEC_COMMIT`, and sets
+`conformance/bin/conformance-test`); `.ci/run` exports one (`ARD_SPEC`, else `../shared/ard-spec`), pinned to `ARD_SPEC_COMMIT`, and sets
 `CAPREG_REQUIRE_ARD_SPEC=1`, so there a missing checkout fails the run. Without one, answers are
 still checked by the tests' own assertions, the schema checks are skipped and
 `test_ard_spec_checkout_is_present` says so."""
