@@ -4,7 +4,9 @@ relevance or identifier order, the public rows of a page's entries, and facet co
 The matched set is discovery's (db.capabilities.visible_agents_filter, and the latest in-force version
 of each skill: db.capabilities.latest_in_force): an agent is an entry when discovery shows the caller
 at least one of its capabilities, and filters and text are decided on those latest versions, as
-`versions=latest` decides them. Relevance is ranked search's own (db.ranked_search.score_sql).
+`versions=latest` decides them. With text, the matched set is the agents of the search engine's
+candidates that are the latest in force (db.ranked_search.latest_hits), and an agent's relevance is
+its best candidate's score: ranked search's own.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import msgspec
 
 from db.agents import HEALTH_SQL, LIVE_INSTANCES_SQL
 from db.capabilities import LEASE_UNTIL_SQL, latest_in_force, visible_agents_filter
-from db.ranked_search import WordQueries, match_sql, score_sql, terms_sql
 
 A2A_CARD_TYPE = "application/a2a-agent-card+json"
 SIDE_EFFECT_NAMES = ("none", "idempotent", "write", "destructive")  # by rank
@@ -42,9 +43,13 @@ def publisher_sql(column: str, bind: Bind, configured: dict[str, str]) -> str:
     return f"(CASE WHEN {column} = ANY ({tenants}::text[]) THEN ({domains}::text[])[array_position({tenants}::text[], {column})] ELSE {default} END)"
 
 
-# Ranked search's plan of a text (registry.discovery.ranking.plan_text): a version matches when any
-# word's query does, and its score is db.ranked_search.score_sql, the one ranker.
-TextMatch = WordQueries
+class TextMatch(msgspec.Struct, frozen=True):
+    """The agents a text matched (registry.ard.service.text_match): each one's best score, the
+    engine's (registry.search.engine), from candidates checked to be latest in force."""
+
+    tenants: list[str]
+    agents: list[str]
+    scores: list[int]
 
 
 class EntryFilter(msgspec.Struct, frozen=True, kw_only=True):
@@ -97,22 +102,18 @@ def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text
     items. An entry's skills are the latest versions in force at `now`, a placeholder
     (db.capabilities.latest_in_force: rows
     the latest marker holds, read per agent through capability_versions_latest_agent); with
-    text, only agents with a matching latest version (the partial GIN index) are candidates."""
+    text, only the agents of `text` (each with its score) are candidates."""
     agent_filters = _agent_filters(bind, viewer_tenant, where)
 
-    match, relevance = "true", "0"
-    sources = "agents a"
-    prelude = ""
+    sources, score, prelude = "agents a", "0", ""
     if text is not None:
-        match = "l.search_vector @@ t.any_q"
-        relevance = f"CASE WHEN l.search_vector @@ t.any_q THEN {score_sql(text, 'l')} ELSE 0 END"
-        prelude = f"""t AS MATERIALIZED ({terms_sql(bind, text)}),
-        hits AS MATERIALIZED (
-            SELECT DISTINCT c.tenant, c.agent_id FROM capability_versions c, t
-             WHERE {match_sql(bind, text)} AND {latest_in_force("c", now)}), """
-        sources = "hits h JOIN agents a ON a.tenant = h.tenant AND a.agent_id = h.agent_id CROSS JOIN t"
+        prelude = f"""hits AS MATERIALIZED (
+            SELECT * FROM unnest({bind(text.tenants)}::text[], {bind(text.agents)}::text[], {bind(text.scores)}::int[])
+                       AS h(tenant, agent_id, score)), """
+        sources = "hits h JOIN agents a ON a.tenant = h.tenant AND a.agent_id = h.agent_id"
+        score = "h.score"
 
-    entry_filters = ["s.text_match"]
+    entry_filters = ["s.capabilities IS NOT NULL"]
     aggregates = []
     if where.tags is not None:
         aggregates.append(f"bool_or(l.tags && {bind(list(where.tags))}::text[]) AS has_tag")
@@ -130,13 +131,11 @@ def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text
     # Per agent, its marked rows through capability_versions_latest_agent (no sort, no DISTINCT ON):
     # aggregated where they are read, so no statement-wide sort or spill.
     return f"""{prelude}matched AS (
-        SELECT a.tenant, a.agent_id, s.capabilities, s.side_effect_rank, s.score
+        SELECT a.tenant, a.agent_id, s.capabilities, s.side_effect_rank, {score} AS score
           FROM {sources}
          CROSS JOIN LATERAL (
                SELECT array_agg(l.skill_id ORDER BY l.skill_id) AS capabilities,
-                      max(l.side_effect_rank) AS side_effect_rank,
-                      max({relevance}) FILTER (WHERE {match}) AS score,
-                      bool_or({match}) AS text_match{"".join(", " + x for x in aggregates)}
+                      max(l.side_effect_rank) AS side_effect_rank{"".join(", " + x for x in aggregates)}
                  FROM capability_versions l
                 WHERE l.tenant = a.tenant AND l.agent_id = a.agent_id AND {latest_in_force("l", now)}) s
          WHERE {" AND ".join(agent_filters + entry_filters)}

@@ -192,26 +192,6 @@ async def insert_versions(
     )
 
 
-async def add_search_words(conn: asyncpg.Connection, texts: list[str]) -> None:
-    """Add the lexicon words of `texts` that are new (capreg_lexicon_words, migration 0008).
-
-    Called once per batch transaction, after its writes (db.group_commit): one statement, words in
-    sorted order, so concurrent batches that share new words take the rows' locks in the same order
-    and cannot deadlock on them; words already known take no lock at all.
-    """
-    if not texts:
-        return
-    await conn.execute(
-        """INSERT INTO search_words (word, variants)
-           SELECT w, capreg_one_deletions(w)
-             FROM (SELECT DISTINCT capreg_lexicon_words(t) AS w FROM unnest($1::text[]) AS t) AS words
-            WHERE NOT EXISTS (SELECT 1 FROM search_words s WHERE s.word = words.w)
-            ORDER BY w
-           ON CONFLICT (word) DO NOTHING""",
-        texts,
-    )
-
-
 async def skill_versions(
     conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str, skill_id: str, *, detail: bool = False
 ) -> list[asyncpg.Record]:

@@ -37,7 +37,6 @@ import asyncpg
 from db.audit import append_events
 from db.audit_events import AuditEvent, event_chains
 from db.batching import BatchQueue
-from db.capabilities import add_search_words
 from db.changes import record_changes
 
 log = logging.getLogger("capreg.db")
@@ -62,17 +61,12 @@ class WriteScope:
         self.conn = conn
         self.events: list[AuditEvent] = []
         self.changes: list[tuple[str, str, str, str]] = []
-        self.search_texts: list[str] = []
 
     def audit(self, *events: AuditEvent) -> None:
         self.events.extend(events)
 
     def change(self, kind: str, tenant: str, agent_id: str, ref: str) -> None:
         self.changes.append((kind, tenant, agent_id, ref))
-
-    def index_words(self, *texts: str) -> None:
-        """Add the words of `texts` to the search lexicon, once for the whole batch (see _execute)."""
-        self.search_texts.extend(texts)
 
 
 Write = Callable[[WriteScope], Awaitable[Any]]
@@ -174,7 +168,6 @@ class GroupCommit(BatchQueue[Queued]):
         outcomes: list[tuple[asyncio.Future[Any], bool, Any]] = []
         events: list[AuditEvent] = []
         changes: list[tuple[str, str, str, str]] = []
-        search_texts: list[str] = []
         inserts: dict[tuple[str, tuple[str, ...]], list[tuple]] = {}
         async with conn.transaction():
             for write, future in batch:
@@ -203,14 +196,9 @@ class GroupCommit(BatchQueue[Queued]):
                 outcomes.append((future, True, value))
                 events += scope.events
                 changes += scope.changes
-                search_texts += scope.search_texts
             for (table, columns), rows in inserts.items():
                 placeholders = ", ".join(f"${n}" for n in range(1, len(columns) + 1))
                 await conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({placeholders})", rows)
-            # New lexicon words in one sorted statement per batch, after every write: two batches
-            # that share new words then lock them in the same order (one statement per write did
-            # not: batch A's first write took "c" while B's took "b", then each wanted the other's).
-            await add_search_words(conn, search_texts)
             # The heads, last and in a fixed order: change feed, then the audit chains.
             await record_changes(conn, changes)
             await append_events(conn, events)

@@ -66,6 +66,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
             await watcher.start(pool)
             registry = Registry(settings, pool, keyring, watcher)
             app.state.registry = registry
+            await registry.search.build()
+            registry.search.start()
             registry.writes.start()
             registry.leases.start()
             # What registrant schema work's processes import when they start (on first use; they
@@ -90,6 +92,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 await registry.leases.stop()
                 await registry.ticket_checks.stop()
                 await registry.writes.stop()
+                await registry.search.stop()
                 await watcher.stop()
         finally:
             await pool.close()

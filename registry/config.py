@@ -42,6 +42,9 @@ class Settings(msgspec.Struct, kw_only=True):
     max_instances: int = 1000  # live instances per agent (docs/api.md#heartbeats)
     # Bytes all per-process response caches of one worker may hold together (registry.core.response_cache).
     cache_budget: int = 64 * 1024 * 1024
+    # Ranked search also finds records by meaning (registry.search.embeddings), fused with words;
+    # CAPREG_SEARCH_MEANING=0 switches it off (words only, about 80 MB less per worker).
+    search_meaning: bool = True
 
 
 def _number(env: dict[str, str], name: str, default, kind=int):
@@ -93,6 +96,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         allow_loopback_urls=_flag(env, "CAPREG_ALLOW_LOOPBACK_URLS"),
         max_instances=_number(env, "CAPREG_MAX_INSTANCES", 1000),
         cache_budget=_number(env, "CAPREG_CACHE_BUDGET", 64 * 1024 * 1024),
+        search_meaning=_flag(env, "CAPREG_SEARCH_MEANING") is not False,
     )
 
 

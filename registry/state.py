@@ -31,6 +31,7 @@ from registry.core.change_watcher import ChangeWatcher
 from registry.core.response_cache import ResponseCache
 from registry.core.schema_guard import set_schema_cache_budget
 from registry.core.signing_keys import load_keyring
+from registry.search.index_sync import SearchService
 
 log = logging.getLogger("capreg")
 
@@ -48,6 +49,8 @@ class Registry:
         self.pool = pool
         self.keyring = keyring
         self.watcher = watcher
+        # Ranked search's engine, kept current from the change feed (registry.search.index_sync).
+        self.search = SearchService(pool, watcher, meaning=settings.search_meaning)
         self.verifier = TokenVerifier(
             keyring=keyring,
             issuer=settings.issuer,

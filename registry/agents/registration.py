@@ -319,7 +319,6 @@ async def apply_registration(
         row["baseline"] = candidate.baseline if candidate else None
         rows.append(row)
     await capability_queries.insert_versions(conn, rows, now=datetime.now(UTC), stored=stored_versions)
-    scope.index_words(*(row["search_text"] for row in rows))
     for skill in new_skills:
         version_ref = capability_ref(tenant, agent_id, skill.skill.id, skill.skill.version)
         published_event = event("version.published", version_ref, sorted(set(skill.skill.scopes)))

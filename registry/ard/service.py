@@ -24,6 +24,7 @@ import msgspec
 
 from db import ard as ard_queries
 from db import capabilities as capability_queries
+from db import ranked_search as ranked_queries
 from db.ard import A2A_CARD_TYPE, FACET_FIELDS, SIDE_EFFECT_NAMES, EntryFilter, FacetRequest, TextMatch
 from registry.ard.names import Publishers, agent_urn, parse_agent_urn
 from registry.core.cursors import decode_cursor, encode_cursor
@@ -348,17 +349,28 @@ def _clauses(expression: str) -> list[tuple[str, str, str]]:
 # Text, scores and page tokens
 
 
-async def text_match(conn: asyncpg.Connection, text: str) -> TextMatch | None:
-    """Ranked search's plan of `text` (registry.discovery.ranking.plan_text: its words, stop words
-    dropped, one typing error corrected from the registry's lexicon); None when no word counts."""
-    return await ranking.plan_text(conn, text)
+async def text_match(
+    registry: Registry, conn: asyncpg.Connection, viewer: str | None, text: str, now: datetime
+) -> TextMatch | None:
+    """The agents `text` matches for `viewer`, each with its best skill's score: ranked search's
+    candidates (registry.discovery.ranking.propose) that are the latest in force at `now`; None
+    when no word of `text` counts. Visibility and filters are decided after, on the agents."""
+    words = ranking.query_words(text)
+    if not words:
+        return None
+    hits = await ranking.propose(registry.search, text, ranking.Proposal(viewer=viewer, latest_only=True))
+    best: dict[tuple[str, str], int] = {}
+    for row in await ranked_queries.latest_hits(conn, hits, now=now) if hits else []:
+        key = (row["tenant"], row["agent_id"])
+        best[key] = max(best.get(key, 0), row["score"])
+    return TextMatch(tenants=[t for t, _ in best], agents=[a for _, a in best], scores=list(best.values()))
 
 
-def ard_score(score: int, text: TextMatch) -> int:
+def ard_score(score: int) -> int:
     """An agent's ranked-search score (its best skill's) as ARD's integer 0-100: ranked search's
     relevance (registry.discovery.ranking.relevance, in [0, 1]) times 100, rounded down; monotone, so scores
     never increase down a list in relevance order."""
-    return max(0, min(100, int(ranking.relevance(score, len(text.word_queries)) * 100 + 1e-9)))
+    return max(0, min(100, int(ranking.relevance(score) * 100 + 1e-9)))
 
 
 def _fingerprint(*parts: object) -> str:
@@ -512,7 +524,7 @@ async def search(registry: Registry, ctx: ArdContext, request: SearchRequest) ->
     key = _page_key(request.page_token, "s", fingerprint, tuple[str, str, int, str])
     after = key[2:] if key is not None else None
     async with _snapshot(registry) as (conn, seq, boundaries, now):
-        plan = await text_match(conn, text)
+        plan = await text_match(registry, conn, ctx.viewer, text, now)
         if plan is None:
             return Answer(SearchResponse(results=[]), seq, boundaries)
         rows = await ard_queries.ranked_page(
@@ -528,9 +540,7 @@ async def search(registry: Registry, ctx: ArdContext, request: SearchRequest) ->
         entries, leases = await _entries(conn, ctx, [(r["tenant"], r["agent_id"]) for r in page], now)
     scores = {(r["tenant"], r["agent_id"]): r["score"] for r in page}
     results = [
-        ArdSearchResult(
-            **msgspec.structs.asdict(entry), score=ard_score(scores[_key_of(entry)], plan), source=ctx.source
-        )
+        ArdSearchResult(**msgspec.structs.asdict(entry), score=ard_score(scores[_key_of(entry)]), source=ctx.source)
         for entry in entries
     ]
     token = None
@@ -614,7 +624,7 @@ async def explore(registry: Registry, ctx: ArdContext, request: ExploreRequest) 
     async with _snapshot(registry) as (conn, seq, boundaries, now):
         text = None
         if query.text and query.text.strip():
-            text = await text_match(conn, query.text)
+            text = await text_match(registry, conn, ctx.viewer, query.text, now)
             if text is None:  # no word that counts: the matched set is empty, as in search
                 empty = ExploreResponse(result_type="facets", facets={f.field: FacetResult(buckets=[]) for f in facets})
                 return Answer(empty, seq, boundaries)

@@ -4,19 +4,15 @@ answers "which capabilities match these words, best first" (`rank`), for `GET /v
 
 How a query is answered:
 1. `query_words` splits the text into words: runs of letters and digits, lower-cased. Everything
-   else (operators of tsquery, SQL, punctuation, NUL) only separates words, so it is never syntax.
-2. One look-up in the registry's lexicon (db.ranked_search.analyse_words) tells which words are
-   English stop words (PostgreSQL's list: ignored) and, for words of 5 to 32 letters that the lexicon
-   does not hold, which lexicon words share a one-deletion variant with them (a GIN index);
-   `within_one_typo` (rapidfuzz's optimal string alignment distance) keeps those one typing error away.
-   Why this and not trigrams: the deletion variants are exact strings, so the index look-up is
-   selective and in plain SQL on both servers (no pg_trgm), and the final check is a maintained C
-   implementation of the distance the contract names (transpositions count as one error).
-3. Each remaining word becomes a tsquery of itself or its corrections (`english`: stemmed, so
-   `invoices`, `invoicing` and `invoice` meet); an item matches when any word's query does.
-4. Order: more words matched first, then more of them matched in id, name or tags (weights A, B),
-   then `ref`. That order is one integer per item, `score`, so pages are keyset cursors on
-   (score, ref); `relevance` is that score scaled to [0, 1].
+   else (operators of any query language, punctuation, NUL) only separates words, so it is never
+   syntax.
+2. The search engine (registry.search) proposes the best candidates in bounded work: BM25 over
+   weighted fields fused with closeness in meaning, pre-filtered to what the caller could see.
+3. The database checks the candidates, in the engine's order, against the rules that decide what
+   the caller sees (db.ranked_search.checked_page): visibility, in force, latest, filters, health.
+   A page short of checked candidates asks the next ones, until the engine's fixed depth.
+4. Order: the engine's score (an integer, registry.search.engine.SCORE_SCALE at best), then `ref`
+   bytewise; pages are keyset cursors on (score, ref); `relevance` is the score scaled to [0, 1].
 """
 
 from __future__ import annotations
@@ -27,22 +23,21 @@ from typing import Any
 
 import asyncpg
 import msgspec
-from rapidfuzz.distance import OSA
 
 from db import ranked_search as ranked_queries
 from registry.core.cursors import decode_cursor, encode_cursor
 from registry.core.problems import ErrorItem, invalid_request
+from registry.search.engine import SCORE_SCALE, WORD_MAX_CHARS, Hit, Proposal
+from registry.search.index_sync import SearchService
 
 QUERY_MAX_LENGTH = 512
 # Distinct words of a query that count (a 512-character query has at most 256 words; the first 32
-# distinct ones are plenty for a need and keep the per-item work bounded).
+# distinct ones are plenty for a need and keep the engine's work bounded).
 MAX_WORDS = 32
-# Longer words are never in the lexicon (capreg_lexicon_words) and are matched exactly only.
-CORRECT_MIN, CORRECT_MAX = 5, 32
-# to_tsquery takes words of up to 2,046 bytes; longer runs can match nothing anyway.
-WORD_MAX_BYTES = 2046
-# The highest score: every word matched, each in id, name or tags.
-MAX_SCORE = MAX_WORDS * (MAX_WORDS + 2)
+# The highest score: first in every ranked list of the engine.
+MAX_SCORE = SCORE_SCALE
+# Candidates checked per database round trip beyond a page's own size (most pass every check).
+CHECK_SLACK = 32
 _WORD = re.compile(r"[^\W_]+")
 
 
@@ -72,14 +67,7 @@ class Ranked(msgspec.Struct, frozen=True):
 
     row: Any
     relevance: float
-    words: int
-    words_matched: int
-    head_matched: int
     position: RankPosition
-
-
-# The tsquery texts of a query's words (after stop words and corrections): db.ranked_search's.
-QueryPlan = ranked_queries.WordQueries
 
 
 def query_words(q: str) -> list[str]:
@@ -87,55 +75,45 @@ def query_words(q: str) -> list[str]:
     words: list[str] = []
     for match in _WORD.finditer(q.lower()):
         word = match.group()
-        if word not in words and len(word.encode()) <= WORD_MAX_BYTES:
+        if word not in words and len(word) <= WORD_MAX_CHARS:
             words.append(word)
             if len(words) == MAX_WORDS:
                 break
     return words
 
 
-def within_one_typo(a: str, b: str) -> bool:
-    """One substitution, insertion, deletion or adjacent transposition apart (or equal)."""
-    return OSA.distance(a, b, score_cutoff=1) <= 1
+def relevance(score: int) -> float:
+    """An engine score scaled to [0, 1]."""
+    return min(1.0, max(0.0, score / SCORE_SCALE))
 
 
-def plan_query(analysed: list[tuple[str, bool, list[str]]]) -> QueryPlan | None:
-    """The tsquery texts for words analysed as (word, stop word, near lexicon words); None when no
-    word counts. Words hold letters and digits only, so joining them with `|` is safe syntax."""
-    word_queries, head_queries = [], []
-    for word, stop, near in analysed:
-        if stop:
-            continue
-        alternatives = [word, *(w for w in near if w != word and within_one_typo(word, w))]
-        word_queries.append(" | ".join(alternatives))
-        head_queries.append(" | ".join(f"{w}:AB" for w in alternatives))
-    if not word_queries:
-        return None
-    return QueryPlan(
-        any_query=" | ".join(f"( {w} )" for w in word_queries),
-        word_queries=word_queries,
-        head_queries=head_queries,
+def proposal(viewer: str | None, filters: SearchFilters) -> Proposal:
+    """What the engine may pre-filter on: the filters the database applies after it."""
+    skill = filters.skill if filters.skill is not None and not filters.skill.endswith("*") else None
+    return Proposal(
+        viewer=viewer,
+        latest_only=filters.latest_only,
+        tenant=filters.tenant,
+        agent=filters.agent,
+        skill=skill,
+        tags=tuple(filters.tags or ()),
+        side_effect_max=filters.side_effect_max,
+        region=filters.region,
+        status=filters.status,
     )
 
 
-def relevance(score: int, words: int) -> float:
-    """`score` (matched * (words + 1) + matched in id/name/tags) scaled to [0, 1]."""
-    best = words * (words + 2)
-    return min(1.0, max(0.0, score / best)) if best else 0.0
-
-
-async def plan_text(conn: asyncpg.Connection | asyncpg.Pool, q: str) -> QueryPlan | None:
-    """The tsquery texts of `q` after one look-up in the lexicon (steps 1-3 above); None when no
-    word counts (the query matches nothing). Ranked search and ARD both start here."""
+async def propose(search: SearchService, q: str, where: Proposal) -> list[Hit]:
+    """The engine's candidates for `q`, best first; none when no word of `q` counts."""
     words = query_words(q)
     if not words:
-        return None
-    analysed = await ranked_queries.analyse_words(conn, words, correct_min=CORRECT_MIN, correct_max=CORRECT_MAX)
-    return plan_query([(r["word"], r["stop"], list(r["near"])) for r in analysed])
+        return []
+    return await search.propose(words, where)
 
 
 async def rank(
     conn: asyncpg.Connection | asyncpg.Pool,
+    search: SearchService,
     viewer: str | None,
     q: str,
     filters: SearchFilters = SearchFilters(),  # noqa: B008 (a frozen Struct, never mutated)
@@ -146,38 +124,34 @@ async def rank(
 ) -> list[Ranked]:
     """At most `limit` capabilities visible to `viewer` (registry.discovery.service.viewer_tenant) matching
     `q`, best first, after `after`, as in force at `now`. A query with no word that counts matches nothing."""
-    plan = await plan_text(conn, q)
-    if plan is None:
-        return []
-    n = len(plan.word_queries)
-    rows = await ranked_queries.ranked(
-        conn,
-        viewer_tenant=viewer,
-        words=plan,
-        skill=filters.skill,
-        tags=list(filters.tags) if filters.tags else None,
-        side_effect_max=filters.side_effect_max,
-        region=filters.region,
-        agent=filters.agent,
-        tenant=filters.tenant,
-        status=filters.status,
-        healthy_only=filters.healthy_only,
-        latest_only=filters.latest_only,
-        after=(after.score, after.ref) if after is not None else None,
-        limit=limit,
-        now=now,
-    )
-    return [
-        Ranked(
-            row=row,
-            relevance=relevance(row["score"], n),
-            words=n,
-            words_matched=row["score"] // (n + 1),
-            head_matched=row["score"] % (n + 1),
-            position=RankPosition(row["score"], row["ref_key"]),
+    hits = await propose(search, q, proposal(viewer, filters))
+    if after is not None:
+        hits = [h for h in hits if h.score < after.score or (h.score == after.score and h.ref > after.ref)]
+    found: list[Ranked] = []
+    start = 0
+    while len(found) < limit and start < len(hits):
+        chunk = hits[start : start + limit + CHECK_SLACK]
+        start += len(chunk)
+        rows = await ranked_queries.checked_page(
+            conn,
+            chunk,
+            viewer_tenant=viewer,
+            skill=filters.skill,
+            tags=list(filters.tags) if filters.tags else None,
+            side_effect_max=filters.side_effect_max,
+            region=filters.region,
+            agent=filters.agent,
+            tenant=filters.tenant,
+            status=filters.status,
+            healthy_only=filters.healthy_only,
+            latest_only=filters.latest_only,
+            now=now,
         )
-        for row in rows
-    ]
+        found.extend(
+            Ranked(row=row, relevance=relevance(row["score"]), position=RankPosition(row["score"], row["ref_key"]))
+            for row in rows
+        )
+    return found[:limit]
 
 
 _RANKED_CURSOR = "ranked"

@@ -336,7 +336,14 @@ async def _ranked_page(
     async with registry.pool.acquire() as conn:
         seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
         ranked = await ranking.rank(
-            conn, viewer, query.q, search_filters(query, rank), after=after, limit=query.limit + 1, now=now
+            conn,
+            registry.search,
+            viewer,
+            query.q,
+            search_filters(query, rank),
+            after=after,
+            limit=query.limit + 1,
+            now=now,
         )
     page = [r.row for r in ranked[: query.limit]]
     next_cursor = ranking.encode_position(ranked[query.limit - 1].position) if len(ranked) > query.limit else None

@@ -347,7 +347,9 @@ async def _matches(registry: Registry, caller: Caller, body: OfferRequest, rank:
         seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
         if body.need:
             filters = ranking.SearchFilters(skill=body.skill, tags=tags, side_effect_max=rank)
-            found = await ranking.rank(conn, caller.tenant, body.need, filters, limit=CANDIDATES_MAX, now=now)
+            found = await ranking.rank(
+                conn, registry.search, caller.tenant, body.need, filters, limit=CANDIDATES_MAX, now=now
+            )
             return [(r.row, r.position.score, r.relevance) for r in found], seq, next_effective
         rows = await capability_queries.discover(
             conn,

@@ -1,5 +1,6 @@
-"""Ranked `q` (docs/api.md#ranked-search): inflections, one typing error, stop words, relevance
-order, cursors in that order, hostile text, and the pure parts (words, corrections, relevance)."""
+"""Ranked `q` (docs/api.md#ranked-search) through the app: inflections, one typing error, stop words,
+relevance order, cursors in that order, hostile text, and the pure parts (words, relevance). The
+engine itself is tested in tests/search/test_engine.py."""
 
 from __future__ import annotations
 
@@ -116,7 +117,10 @@ async def test_ranked_search_keeps_visibility_and_filters(client, mint, tenant, 
     assert "invoice.secret" in await search(client, tenant, "invoice", mint(other_tenant, "r", "registry:read"))
     assert "invoice.secret" in await search(client, tenant, "invoice", mint(tenant, "r", "registry:read"))
     assert await search(client, tenant, "invoice", skill="invoice.list") == ["invoice.list"]
-    assert await search(client, tenant, "refund", tag="payments", agent="refunds") == ["refund.issue", "refund.status"]
+    assert sorted(await search(client, tenant, "refund", tag="payments", agent="refunds")) == [
+        "refund.issue",
+        "refund.status",
+    ]
     assert await search(client, tenant, "refund", agent="billing") == []
 
 
@@ -164,14 +168,11 @@ async def test_hostile_q_is_plain_text(client, mint, tenant):
     assert too_long.status_code == 400 and too_long.json()["code"] == "invalid_request"
 
 
-async def test_new_words_join_the_lexicon(client, mint, tenant, db):
+async def test_new_words_are_found_at_once_even_misspelt(client, mint, tenant):
+    """A registration's words reach this process's engine before its answer does (read your writes)."""
     await publish(client, mint, tenant, {"z": agent(skill("zebra.count", "Count zebras", "Counts striped horses"))})
-    words = {
-        r["word"]
-        for r in await db.fetch("SELECT word FROM search_words WHERE word = ANY($1)", ["zebras", "striped", "count"])
-    }
-    assert words == {"zebras", "striped", "count"}
-    assert await search(client, tenant, "zebrsa") == ["zebra.count"]
+    assert await search(client, tenant, "zebras") == ["zebra.count"]
+    assert await search(client, tenant, "stripde") == ["zebra.count"]
 
 
 # --- pure parts ------------------------------------------------------------------------------------
@@ -191,62 +192,13 @@ def test_words_never_carry_tsquery_syntax(text):
         assert word == word.lower()
 
 
-def _osa_one(a: str, b: str) -> bool:
-    if a == b:
-        return True
-    if abs(len(a) - len(b)) > 1:
-        return False
-    if len(a) == len(b):
-        diffs = [i for i in range(len(a)) if a[i] != b[i]]
-        return len(diffs) == 1 or (
-            len(diffs) == 2 and diffs[1] == diffs[0] + 1 and a[diffs[0]] == b[diffs[1]] and a[diffs[1]] == b[diffs[0]]
-        )
-    short, long_ = sorted((a, b), key=len)
-    return any(long_[:i] + long_[i + 1 :] == short for i in range(len(long_)))
-
-
-@given(st.text("abcde", max_size=7), st.text("abcde", max_size=7))
-@settings(max_examples=500)
-def test_within_one_typo_is_one_osa_edit(a, b):
-    assert ranking.within_one_typo(a, b) == _osa_one(a, b)
-
-
-@given(st.text("abcd", min_size=1, max_size=7), st.integers(0, 6), st.sampled_from("abcd"))
-def test_one_error_shares_a_one_deletion_variant(word, at, letter):
-    """What the lexicon's GIN look-up relies on (capreg_one_deletions, migration 0008)."""
-
-    def variants(w):
-        return {w, *(w[:i] + w[i + 1 :] for i in range(len(w)))}
-
-    i = at % len(word)
-    for typo in (
-        word[:i] + letter + word[i + 1 :],
-        word[:i] + letter + word[i:],
-        word[:i] + word[i + 1 :],
-        word[:i] + word[i + 1 : i + 2] + word[i] + word[i + 2 :],
-    ):
-        assert variants(word) & variants(typo)
-
-
-@given(st.integers(1, ranking.MAX_WORDS), st.data())
-def test_relevance_is_in_unit_interval_and_follows_the_order(words, data):
-    m1 = data.draw(st.integers(0, words))
-    h1 = data.draw(st.integers(0, m1))
-    m2 = data.draw(st.integers(0, words))
-    h2 = data.draw(st.integers(0, m2))
-    s1, s2 = m1 * (words + 1) + h1, m2 * (words + 1) + h2
-    r1, r2 = ranking.relevance(s1, words), ranking.relevance(s2, words)
+@given(st.integers(0, 2 * ranking.MAX_SCORE), st.integers(0, 2 * ranking.MAX_SCORE))
+def test_relevance_is_in_unit_interval_and_follows_the_order(s1, s2):
+    r1, r2 = ranking.relevance(s1), ranking.relevance(s2)
     assert 0 <= r1 <= 1 and 0 <= r2 <= 1
-    if (m1, h1) > (m2, h2):
-        assert r1 > r2
-    assert ranking.relevance(words * (words + 2), words) == 1.0
-
-
-def test_plan_query_drops_stop_words_and_keeps_near_words_one_error_away():
-    plan = ranking.plan_query([("the", True, []), ("invocie", False, ["invoice", "invoices", "novice"])])
-    assert plan is not None and plan.word_queries == ["invocie | invoice"]
-    assert plan.head_queries == ["invocie:AB | invoice:AB"]
-    assert ranking.plan_query([("the", True, [])]) is None
+    if s1 > s2:
+        assert r1 >= r2
+    assert ranking.relevance(ranking.MAX_SCORE) == 1.0
 
 
 async def test_latest_marker_follows_the_clock_and_lifecycle(client, mint, tenant):

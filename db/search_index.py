@@ -1,0 +1,52 @@
+"""Queries that feed the search engine (registry.search): every capability version's searchable
+fields with its agent's visibility, for a whole rebuild or for the agents a run of the change feed
+touched, and the change feed's agents after a sequence number."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import asyncpg
+
+# One row per version: what the engine indexes (text and the facts it may pre-filter on). The
+# database stays the judge of every rule; these only let the engine propose likely candidates.
+_DOC_COLUMNS = """c.tenant, c.agent_id, c.skill_id, c.version, c.name, c.description, c.tags, c.examples,
+       c.latest, c.status, c.side_effect_rank, c.data_regions,
+       a.name AS agent_name, a.description AS agent_description, a.visibility, a.shared_with"""
+
+
+async def snapshot(
+    conn: asyncpg.Connection, consume: Callable[[list[asyncpg.Record]], None], *, batch: int = 20_000
+) -> int:
+    """Every version's document, in primary-key order, handed to `consume` `batch` rows at a time;
+    answers the change sequence the rows are as of (read in the same snapshot)."""
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        seq: int = await conn.fetchval("SELECT seq FROM change_head WHERE id = 1")
+        cursor = await conn.cursor(
+            f"""SELECT {_DOC_COLUMNS}
+                  FROM capability_versions c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
+                 ORDER BY c.tenant, c.agent_id, c.skill_id, c.version"""
+        )
+        while rows := await cursor.fetch(batch):
+            consume(rows)
+    return seq
+
+
+async def changed_agents(conn: asyncpg.Connection, after: int, *, limit: int) -> list[asyncpg.Record]:
+    """The (seq, tenant, agent_id) of committed changes after `after`, in order, at most `limit`.
+    Sequence numbers become visible in order (db.changes.record_changes), so this is a prefix."""
+    return await conn.fetch(
+        "SELECT seq, tenant, agent_id FROM changes WHERE seq > $1 ORDER BY seq LIMIT $2", after, limit
+    )
+
+
+async def agent_documents(conn: asyncpg.Connection, agents: list[tuple[str, str]]) -> list[asyncpg.Record]:
+    """The documents of every version of `agents` (tenant, agent_id) as they are now."""
+    return await conn.fetch(
+        f"""SELECT {_DOC_COLUMNS}
+              FROM unnest($1::text[], $2::text[]) AS k(tenant, agent_id)
+              JOIN capability_versions c ON c.tenant = k.tenant AND c.agent_id = k.agent_id
+              JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id""",
+        [t for t, _ in agents],
+        [a for _, a in agents],
+    )

@@ -1,0 +1,477 @@
+"""The search engine behind ranked search (docs/api.md#ranked-search): one in-memory index per
+process of every capability version's words, and optionally of its meaning, that proposes the best
+candidates for a query in bounded work. It never decides what a caller may see: the database checks
+every candidate against the rules that decide it (db.ranked_search.checked_page).
+
+- Words: tantivy (BM25 per field, an English stemmer and stop words, top-k retrieval with
+  block-max WAND), with fields weighted by evidence: the skill's id and name most, then tags and
+  examples, then its description, then its agent's name and description. A query word of 5 or more
+  letters that no record holds also matches records one typing error away (a fuzzy term: a
+  Levenshtein automaton over the term dictionary, transpositions counting one).
+- Meaning: a unit vector per version (registry.search.embeddings), the closest ones found by exact
+  dot products over a matrix, above a similarity floor.
+- Fusion: reciprocal ranks (k = 60) of the two lists, each cut at a fixed depth, so a version's
+  score does not depend on the page asked for; the score is an integer in [0, SCORE_SCALE].
+
+Each list is cut at a fixed depth (WORD_DEPTH, MEANING_DEPTH): a query's work grows with those and
+with the corpus's posting lists, never with how many records match. Pre-filters (visibility, the
+latest marker, key and content filters) only narrow what the engine proposes; they never widen it.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgspec
+import numpy as np
+import tantivy
+
+from registry.search.embeddings import Embedder
+
+# Fixed depths of the two ranked lists: a query never reads more hits than these.
+WORD_DEPTH = 400
+MEANING_DEPTH = 100
+# Below this cosine similarity a version is not proposed for its meaning alone (unit vectors:
+# unrelated texts score about 0-0.3 with the default model; a paraphrase 0.5 and more).
+MEANING_FLOOR = 0.45
+# Reciprocal rank fusion: each list adds weight / (RRF_K + rank).
+RRF_K = 60
+WORD_WEIGHT = 1.0
+MEANING_WEIGHT = 1.0
+# Scores are integers: the fused score over the best possible one (first in both lists), times this.
+SCORE_SCALE = 1_000_000
+# Field weights (boosts of each field's BM25).
+FIELD_BOOSTS = {"name": 3.0, "tags": 2.0, "examples": 1.5, "description": 1.0, "agent": 0.5}
+TEXT_FIELDS = tuple(FIELD_BOOSTS)
+# A word's score: its best field's, plus this share of its other fields'.
+TIE_BREAKER = 0.3
+# Words longer than this are never indexed (remove_long); query words too (they could match nothing).
+WORD_MAX_CHARS = 40
+# One typing error is tolerated in words of this many characters or more (shorter ones are too
+# ambiguous), when no record holds the word itself.
+FUZZY_MIN_CHARS = 5
+# The examples of a version that are indexed, and each one's characters (registration caps bound them too).
+EXAMPLES_MAX, EXAMPLE_CHARS_MAX = 16, 512
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+class Document(msgspec.Struct, frozen=True, kw_only=True):
+    """What the engine knows of one capability version (db.search_index's rows)."""
+
+    tenant: str
+    agent_id: str
+    skill_id: str
+    version: str
+    name: str
+    description: str
+    tags: tuple[str, ...] = ()
+    examples: tuple[str, ...] = ()
+    agent_name: str = ""
+    agent_description: str = ""
+    public: bool = False
+    shared_with: tuple[str, ...] = ()
+    latest: bool = False
+    status: str = "active"
+    side_effect_rank: int = 0
+    regions: tuple[str, ...] = ()
+
+    @property
+    def ref(self) -> str:
+        return f"{self.tenant}/{self.agent_id}/{self.skill_id}@{self.version}"
+
+    @property
+    def meaning_text(self) -> str:
+        return " ".join([_words_of_id(self.skill_id), self.name, " ".join(self.tags), self.description])
+
+
+class Proposal(msgspec.Struct, frozen=True, kw_only=True):
+    """Which versions a query may be answered from, and what the engine may pre-filter on: the
+    same filters the database then applies (registry.discovery.ranking.SearchFilters)."""
+
+    viewer: str | None
+    latest_only: bool = True
+    tenant: str | None = None
+    agent: str | None = None
+    skill: str | None = None  # an exact skill id (a prefix is left to the database)
+    tags: tuple[str, ...] = ()
+    side_effect_max: int | None = None
+    region: str | None = None
+    status: str | None = None
+
+
+class Hit(msgspec.Struct, frozen=True, array_like=True):
+    """One proposed version: its key, ref (the tie order) and fused score."""
+
+    tenant: str
+    agent_id: str
+    skill_id: str
+    version: str
+    score: int
+
+    @property
+    def ref(self) -> str:
+        return f"{self.tenant}/{self.agent_id}/{self.skill_id}@{self.version}"
+
+
+def _words_of_id(identifier: str) -> str:
+    """`sendMessage`, `send_message` and `send-message` all say "send message"."""
+    return re.sub(r"[^\w]|_", " ", _CAMEL.sub(" ", identifier))
+
+
+def _analyzer() -> tantivy.TextAnalyzer:
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+        .filter(tantivy.Filter.remove_long(WORD_MAX_CHARS))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.ascii_fold())
+        .filter(tantivy.Filter.stopword("english"))
+        .filter(tantivy.Filter.stemmer("english"))
+        .build()
+    )
+
+
+def _schema() -> tantivy.Schema:
+    builder = tantivy.SchemaBuilder()
+    for field in TEXT_FIELDS:
+        builder.add_text_field(field, tokenizer_name="capreg_en", index_option="freq")
+    for field in (
+        "agent_key",
+        "tenant",
+        "agent_id",
+        "skill_id",
+        "visibility",
+        "shared_with",
+        "tag",
+        "region",
+        "status",
+    ):
+        builder.add_text_field(field, tokenizer_name="raw", index_option="basic")
+    builder.add_boolean_field("latest", indexed=True)
+    builder.add_boolean_field("any_region", indexed=True)
+    builder.add_integer_field("side_effect_rank", indexed=True, fast=True)
+    builder.add_integer_field("slot", fast=True)
+    return builder.build()
+
+
+class _Vectors:
+    """Unit vectors of indexed versions by slot, with the facts the meaning list pre-filters on.
+    Grows by doubling; a replaced version's row is marked dead and reused by no one (compacted
+    when most rows are dead)."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.matrix = np.zeros((0, dim), dtype=np.float32)
+        self.alive = np.zeros(0, dtype=bool)
+        self.public = np.zeros(0, dtype=bool)
+        self.latest = np.zeros(0, dtype=bool)
+        self.side_effect = np.zeros(0, dtype=np.int8)
+        self.tenant = np.zeros(0, dtype=np.int32)
+        self.slots = np.zeros(0, dtype=np.int64)
+        self.size = 0
+        self.dead = 0
+        self.row_of_slot: dict[int, int] = {}
+
+    def _grow(self, need: int) -> None:
+        capacity = max(1024, len(self.alive))
+        while capacity < need:
+            capacity *= 2
+        if capacity == len(self.alive):
+            return
+        for name in ("matrix", "alive", "public", "latest", "side_effect", "tenant", "slots"):
+            old = getattr(self, name)
+            new = np.zeros((capacity, *old.shape[1:]), dtype=old.dtype)
+            new[: self.size] = old[: self.size]
+            setattr(self, name, new)
+
+    def add(self, rows: list[tuple[int, np.ndarray, bool, bool, int, int]]) -> None:
+        self._grow(self.size + len(rows))
+        for slot, vector, public, latest, side_effect, tenant in rows:
+            i = self.size
+            self.matrix[i] = vector
+            self.alive[i], self.public[i], self.latest[i] = True, public, latest
+            self.side_effect[i], self.tenant[i], self.slots[i] = side_effect, tenant, slot
+            self.row_of_slot[slot] = i
+            self.size += 1
+
+    def remove(self, slot: int) -> None:
+        i = self.row_of_slot.pop(slot, None)
+        if i is not None:
+            self.alive[i] = False
+            self.dead += 1
+
+    def compact(self) -> None:
+        keep = np.flatnonzero(self.alive[: self.size])
+        for name in ("matrix", "alive", "public", "latest", "side_effect", "tenant", "slots"):
+            setattr(self, name, np.ascontiguousarray(getattr(self, name)[keep]))
+        self.size, self.dead = len(keep), 0
+        self.row_of_slot = {int(slot): i for i, slot in enumerate(self.slots)}
+
+    @property
+    def nbytes(self) -> int:
+        return sum(
+            getattr(self, n).nbytes for n in ("matrix", "alive", "public", "latest", "side_effect", "tenant", "slots")
+        )
+
+
+class SearchIndex:
+    """The engine: `replace` keeps it current (whole agents at a time), `propose` answers queries.
+
+    Writes happen on one task (registry.search.index_sync); `propose` may run on worker threads
+    meanwhile: it reads one searcher (a consistent snapshot) and the vector arrays as they were."""
+
+    def __init__(self, embedder: Embedder | None = None) -> None:
+        self.schema = _schema()
+        self.analyzer = _analyzer()
+        self.index = tantivy.Index(self.schema)
+        self.index.register_tokenizer("capreg_en", self.analyzer)
+        self._writer = self.index.writer(heap_size=64_000_000, num_threads=1)
+        self.searcher = self.index.searcher()
+        self.embedder = embedder
+        self.vectors = _Vectors(embedder.dim) if embedder is not None else None
+        # slot -> (document key, tenant id): the hits' keys; agent key -> its slots.
+        self._docs: dict[int, tuple[str, str, str, str]] = {}
+        self._agent_slots: dict[str, list[int]] = {}
+        self._tenant_ids: dict[str, int] = {}
+        self._shared: dict[int, tuple[str, ...]] = {}
+        # viewer -> slots of versions shared with it (the meaning list's pre-filter).
+        self._shared_to: dict[str, set[int]] = {}
+        self._next_slot = 0
+        self._lock = threading.Lock()
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    def replace(self, agents: Iterable[tuple[str, str]], documents: Sequence[Document]) -> None:
+        """Forget every version of `agents`, then index `documents` (their versions as they are
+        now; an agent with none is gone). Visible to `propose` when this returns."""
+        with self._lock:
+            for tenant, agent_id in agents:
+                key = f"{tenant}/{agent_id}"
+                slots = self._agent_slots.pop(key, None)
+                if slots is None:
+                    continue
+                self._writer.delete_documents_by_term("agent_key", key)
+                for slot in slots:
+                    self._docs.pop(slot, None)
+                    for viewer in self._shared.pop(slot, ()):
+                        self._shared_to.get(viewer, set()).discard(slot)
+                    if self.vectors is not None:
+                        self.vectors.remove(slot)
+            self._add(documents)
+            self._writer.commit()
+            self.index.reload()
+            self.searcher = self.index.searcher()
+            if self.vectors is not None and self.vectors.dead > max(1024, self.vectors.size // 2):
+                self.vectors.compact()
+
+    def _add(self, documents: Sequence[Document]) -> None:
+        vector_rows = []
+        meanings = self.embedder.embed([d.meaning_text for d in documents]) if self.embedder and documents else None
+        for n, d in enumerate(documents):
+            slot = self._next_slot
+            self._next_slot += 1
+            key = f"{d.tenant}/{d.agent_id}"
+            tenant_id = self._tenant_ids.setdefault(d.tenant, len(self._tenant_ids) + 1)
+            self._docs[slot] = (d.tenant, d.agent_id, d.skill_id, d.version)
+            self._agent_slots.setdefault(key, []).append(slot)
+            if d.shared_with:
+                self._shared[slot] = d.shared_with
+                for viewer in d.shared_with:
+                    self._shared_to.setdefault(viewer, set()).add(slot)
+            doc = tantivy.Document(
+                name=f"{_words_of_id(d.skill_id)} {d.name}",
+                tags=" ".join(_words_of_id(t) for t in d.tags),
+                examples=" \n ".join(e[:EXAMPLE_CHARS_MAX] for e in d.examples[:EXAMPLES_MAX]),
+                description=d.description,
+                agent=f"{_words_of_id(d.agent_id)} {d.agent_name} {d.agent_description}",
+                agent_key=key,
+                tenant=d.tenant,
+                agent_id=d.agent_id,
+                skill_id=d.skill_id,
+                visibility="public" if d.public else "tenant",
+                latest=d.latest,
+                any_region=not d.regions,
+                status=d.status,
+                side_effect_rank=d.side_effect_rank,
+                slot=slot,
+            )
+            for viewer in d.shared_with:
+                doc.add_text("shared_with", viewer)
+            for tag in d.tags:
+                doc.add_text("tag", tag)
+            for region in d.regions:
+                doc.add_text("region", region)
+            self._writer.add_document(doc)
+            if meanings is not None:
+                vector_rows.append((slot, meanings[n], d.public, d.latest, d.side_effect_rank, tenant_id))
+        if self.vectors is not None and vector_rows:
+            self.vectors.add(vector_rows)
+
+    @property
+    def size(self) -> int:
+        return len(self._docs)
+
+    # -- queries ---------------------------------------------------------------------------------
+
+    def terms(self, words: Sequence[str]) -> list[tuple[str, str]]:
+        """The index terms of a query's words as (term, word): stemmed, stop words dropped,
+        distinct, in order."""
+        terms: list[tuple[str, str]] = []
+        seen: set[str] = set()
+        for word in words:
+            for token in self.analyzer.analyze(word):
+                if token not in seen:
+                    seen.add(token)
+                    terms.append((token, word))
+        return terms
+
+    def propose(self, words: Sequence[str], where: Proposal) -> list[Hit]:
+        """The versions that best match the query's `words` among those `where` admits, best first
+        (score descending, then ref bytewise); at most WORD_DEPTH + MEANING_DEPTH of them. Meaning
+        is asked of the words the model knows (Embedder.known), if any."""
+        searcher = self.searcher
+        terms = self.terms(words)
+        fused: dict[int, float] = {}
+        if terms:
+            hits = searcher.search(self._word_query(searcher, terms, where), WORD_DEPTH, count=False).hits
+            slots = searcher.fast_field_values("slot", [address for _, address in hits])
+            for rank, value in enumerate(slots):
+                slot = int(value or 0)
+                fused[slot] = fused.get(slot, 0.0) + WORD_WEIGHT / (RRF_K + rank + 1)
+        meaning = " ".join(w for w in words if self.embedder is not None and self.embedder.known(w))
+        if self.vectors is not None and meaning:
+            for rank, slot in enumerate(self._closest(meaning, where)):
+                fused[slot] = fused.get(slot, 0.0) + MEANING_WEIGHT / (RRF_K + rank + 1)
+        best = (WORD_WEIGHT + (MEANING_WEIGHT if self.vectors is not None else 0.0)) / (RRF_K + 1)
+        proposed = []
+        for slot, score in fused.items():
+            key = self._docs.get(slot)
+            if key is not None:
+                proposed.append(Hit(*key, score=min(SCORE_SCALE, round(score / best * SCORE_SCALE))))
+        proposed.sort(key=lambda h: (-h.score, h.ref))
+        return proposed
+
+    def _word_query(self, searcher: tantivy.Searcher, terms: list[str], where: Proposal) -> tantivy.Query:
+        schema = self.schema
+        should: list[tuple[tantivy.Occur, tantivy.Query]] = []
+        for term, word in terms:
+            fields = [
+                tantivy.Query.boost_query(tantivy.Query.term_query(schema, field, term), boost)
+                for field, boost in FIELD_BOOSTS.items()
+                if searcher.doc_freq(field, term)
+            ]
+            if not fields and len(word) >= FUZZY_MIN_CHARS:
+                # A word no record holds: records one typing error away, each match scored as a
+                # constant (a correction is weaker evidence than the word itself). Both the stem
+                # and the word as typed are tried: a typo can change the stem ("calender" stems to
+                # "calend", two edits from "calendar").
+                for variant in dict.fromkeys((term, word)):
+                    for field in ("name", "description"):
+                        fuzzy = tantivy.Query.fuzzy_term_query(
+                            schema, field, variant, distance=1, transposition_cost_one=True
+                        )
+                        fields.append(tantivy.Query.boost_query(fuzzy, FIELD_BOOSTS[field] * 0.5))
+            if fields:
+                # Per word, its best field plus a share of the others (a disjunction-max): a record
+                # that matches more of the query's words ranks above one that repeats one word in
+                # every field.
+                should.append(
+                    (tantivy.Occur.Should, tantivy.Query.disjunction_max_query(fields, tie_breaker=TIE_BREAKER))
+                )
+        if not should:
+            return tantivy.Query.empty_query()
+        clauses = [(tantivy.Occur.Must, tantivy.Query.boolean_query(should))]
+        clauses.extend((tantivy.Occur.Must, tantivy.Query.const_score_query(f, 0.0)) for f in self._filters(where))
+        return tantivy.Query.boolean_query(clauses)
+
+    def _filters(self, where: Proposal) -> list[tantivy.Query]:
+        schema = self.schema
+        term = tantivy.Query.term_query
+        visible = [term(schema, "visibility", "public")]
+        if where.viewer is not None:
+            visible += [term(schema, "tenant", where.viewer), term(schema, "shared_with", where.viewer)]
+        filters = [tantivy.Query.boolean_query([(tantivy.Occur.Should, q) for q in visible])]
+        if where.latest_only:
+            filters.append(term(schema, "latest", True))
+        for field, value in (
+            ("tenant", where.tenant),
+            ("agent_id", where.agent),
+            ("skill_id", where.skill),
+            ("status", where.status),
+        ):
+            if value is not None:
+                filters.append(term(schema, field, value))
+        filters.extend(term(schema, "tag", tag) for tag in where.tags)
+        if where.side_effect_max is not None:
+            filters.append(
+                tantivy.Query.range_query(
+                    schema, "side_effect_rank", tantivy.FieldType.Integer, None, where.side_effect_max
+                )
+            )
+        if where.region is not None:
+            filters.append(
+                tantivy.Query.boolean_query(
+                    [
+                        (tantivy.Occur.Should, term(schema, "any_region", True)),
+                        (tantivy.Occur.Should, term(schema, "region", where.region)),
+                    ]
+                )
+            )
+        return filters
+
+    def _closest(self, text: str, where: Proposal) -> list[int]:
+        """Slots of the versions closest in meaning to `text` among those the cheap pre-filters
+        admit (visibility, latest marker, tenant, side effect), at most MEANING_DEPTH, above MEANING_FLOOR."""
+        vectors, embedder = self.vectors, self.embedder
+        assert vectors is not None and embedder is not None
+        n = vectors.size
+        if n == 0:
+            return []
+        query = embedder.embed([text])[0]
+        similarity = vectors.matrix[:n] @ query
+        admitted = vectors.alive[:n] & (similarity >= MEANING_FLOOR)
+        if where.latest_only:
+            admitted &= vectors.latest[:n]
+        if where.side_effect_max is not None:
+            admitted &= vectors.side_effect[:n] <= where.side_effect_max
+        viewer_id = self._tenant_ids.get(where.viewer) if where.viewer is not None else None
+        visible = vectors.public[:n].copy()
+        if viewer_id is not None:
+            visible |= vectors.tenant[:n] == viewer_id
+        admitted &= visible | self._shared_mask(n, where.viewer)
+        if where.tenant is not None:
+            admitted &= vectors.tenant[:n] == self._tenant_ids.get(where.tenant, -1)
+        candidates = np.flatnonzero(admitted)
+        if len(candidates) > MEANING_DEPTH:
+            top = np.argpartition(-similarity[candidates], MEANING_DEPTH - 1)[:MEANING_DEPTH]
+            candidates = candidates[top]
+        order = candidates[np.argsort(-similarity[candidates], kind="stable")]
+        slots = [int(s) for s in vectors.slots[order]]
+        if where.agent is not None or where.skill is not None:
+            slots = [s for s in slots if self._matches_key(s, where)]
+        return slots
+
+    def _shared_mask(self, n: int, viewer: str | None) -> Any:
+        mask = np.zeros(n, dtype=bool)
+        if viewer is None or self.vectors is None:
+            return mask
+        for slot in list(self._shared_to.get(viewer, ())):
+            row = self.vectors.row_of_slot.get(slot)
+            if row is not None and row < n:
+                mask[row] = True
+        return mask
+
+    def _matches_key(self, slot: int, where: Proposal) -> bool:
+        key = self._docs.get(slot)
+        return (
+            key is not None
+            and (where.agent is None or key[1] == where.agent)
+            and (where.skill is None or key[2] == where.skill)
+        )
+
+    def memory_bytes(self) -> int:
+        """The vectors' bytes (the word index's own memory is read off the process: docs/performance.md)."""
+        return self.vectors.nbytes if self.vectors is not None else 0
