@@ -78,8 +78,6 @@ def test_latest_marker_and_filters_only_narrow():
     )
     assert set(h.skill_id for h in index.propose(["invoice"], Proposal(viewer=None))) == {"new", "any"}
     assert set(find(index, "invoice", side_effect_max=2)) == {"old", "any"}
-        find(index, "invoice", side_effect_max=2)
-    ) == {"old", "any"}
     assert find(index, "invoice", tags=("finance",)) == ["any"]
     assert set(find(index, "invoice", region="us")) == {"old", "any"}  # no regions: every region
     assert find(index, "invoice", agent="b") == ["any"]
