@@ -33,9 +33,10 @@ from registry.search.embeddings import Embedder
 
 # Fixed depths of the two ranked lists: a query never reads more hits than these.
 WORD_DEPTH = 400
-MEANING_DEPTH = 100
-# Below this cosine similarity a version is not proposed for its meaning alone (unit vectors:
-# unrelated texts score about 0-0.3 with the default model; a paraphrase 0.5 and more).
+MEANING_DEPTH = 200
+# Below this cosine similarity a version is not proposed for its meaning alone, though its rank
+# still counts towards a version the words found (unit vectors: unrelated texts score about
+# 0-0.3 with the default model; a paraphrase 0.5 and more).
 MEANING_FLOOR = 0.45
 # Reciprocal rank fusion: each list adds weight / (RRF_K + rank).
 RRF_K = 60
@@ -44,10 +45,15 @@ MEANING_WEIGHT = 1.0
 # Scores are integers: the fused score over the best possible one (first in both lists), times this.
 SCORE_SCALE = 1_000_000
 # Field weights (boosts of each field's BM25).
-FIELD_BOOSTS = {"name": 3.0, "tags": 2.0, "examples": 1.5, "description": 1.0, "agent": 0.5}
-TEXT_FIELDS = tuple(FIELD_BOOSTS)
-# A word's score: its best field's, plus this share of its other fields'.
-TIE_BREAKER = 0.3
+# `all` is the record's whole text (id, name, tags, description) under one length norm: textbook BM25.
+# The head fields add evidence on top of it (a word in the id or name counts in both), the agent's
+# name and description a little (they describe every skill of the agent alike).
+FIELD_BOOSTS = {"all": 1.0, "name": 0.5, "tags": 0.5, "examples": 0.5, "agent": 0.2}
+TEXT_FIELDS = ("all", "name", "tags", "examples", "agent")
+# A correction's constant score (a word's own match in a field scores by BM25, typically 1-10).
+FUZZY_BOOST = 1.0
+# A word's score: its best field's, plus this share of its other fields' (1.0: their sum).
+TIE_BREAKER = 1.0
 # Words longer than this are never indexed (remove_long); query words too (they could match nothing).
 WORD_MAX_CHARS = 40
 # One typing error is tolerated in words of this many characters or more (shorter ones are too
@@ -281,11 +287,12 @@ class SearchIndex:
                 self._shared[slot] = d.shared_with
                 for viewer in d.shared_with:
                     self._shared_to.setdefault(viewer, set()).add(slot)
+            head = f"{_words_of_id(d.skill_id)} {d.name}"
             doc = tantivy.Document(
-                name=f"{_words_of_id(d.skill_id)} {d.name}",
+                all=f"{head} \n {' '.join(d.tags)} \n {d.description}",
+                name=head,
                 tags=" ".join(_words_of_id(t) for t in d.tags),
                 examples=" \n ".join(e[:EXAMPLE_CHARS_MAX] for e in d.examples[:EXAMPLES_MAX]),
-                description=d.description,
                 agent=f"{_words_of_id(d.agent_id)} {d.agent_name} {d.agent_description}",
                 agent_key=key,
                 tenant=d.tenant,
@@ -343,8 +350,11 @@ class SearchIndex:
                 fused[slot] = fused.get(slot, 0.0) + WORD_WEIGHT / (RRF_K + rank + 1)
         meaning = " ".join(w for w in words if self.embedder is not None and self.embedder.known(w))
         if self.vectors is not None and meaning:
-            for rank, slot in enumerate(self._closest(meaning, where)):
-                fused[slot] = fused.get(slot, 0.0) + MEANING_WEIGHT / (RRF_K + rank + 1)
+            # Every version among the closest counts towards the fused order of those the words
+            # found; one the words did not find is proposed only when close enough on its own.
+            for rank, (slot, similarity) in enumerate(self._closest(meaning, where)):
+                if slot in fused or similarity >= MEANING_FLOOR:
+                    fused[slot] = fused.get(slot, 0.0) + MEANING_WEIGHT / (RRF_K + rank + 1)
         best = (WORD_WEIGHT + (MEANING_WEIGHT if self.vectors is not None else 0.0)) / (RRF_K + 1)
         proposed = []
         for slot, score in fused.items():
@@ -354,7 +364,7 @@ class SearchIndex:
         proposed.sort(key=lambda h: (-h.score, h.ref))
         return proposed
 
-    def _word_query(self, searcher: tantivy.Searcher, terms: list[str], where: Proposal) -> tantivy.Query:
+    def _word_query(self, searcher: tantivy.Searcher, terms: list[tuple[str, str]], where: Proposal) -> tantivy.Query:
         schema = self.schema
         should: list[tuple[tantivy.Occur, tantivy.Query]] = []
         for term, word in terms:
@@ -369,15 +379,12 @@ class SearchIndex:
                 # and the word as typed are tried: a typo can change the stem ("calender" stems to
                 # "calend", two edits from "calendar").
                 for variant in dict.fromkeys((term, word)):
-                    for field in ("name", "description"):
-                        fuzzy = tantivy.Query.fuzzy_term_query(
-                            schema, field, variant, distance=1, transposition_cost_one=True
-                        )
-                        fields.append(tantivy.Query.boost_query(fuzzy, FIELD_BOOSTS[field] * 0.5))
+                    fuzzy = tantivy.Query.fuzzy_term_query(
+                        schema, "all", variant, distance=1, transposition_cost_one=True
+                    )
+                    fields.append(tantivy.Query.boost_query(fuzzy, FUZZY_BOOST))
             if fields:
-                # Per word, its best field plus a share of the others (a disjunction-max): a record
-                # that matches more of the query's words ranks above one that repeats one word in
-                # every field.
+                # Per word, its best field plus TIE_BREAKER of the others (a disjunction-max).
                 should.append(
                     (tantivy.Occur.Should, tantivy.Query.disjunction_max_query(fields, tie_breaker=TIE_BREAKER))
                 )
@@ -422,9 +429,10 @@ class SearchIndex:
             )
         return filters
 
-    def _closest(self, text: str, where: Proposal) -> list[int]:
+    def _closest(self, text: str, where: Proposal) -> list[tuple[int, float]]:
         """Slots of the versions closest in meaning to `text` among those the cheap pre-filters
-        admit (visibility, latest marker, tenant, side effect), at most MEANING_DEPTH, above MEANING_FLOOR."""
+        admit (visibility, latest marker, tenant, side effect), at most MEANING_DEPTH, closest first,
+        with their cosine similarity."""
         vectors, embedder = self.vectors, self.embedder
         assert vectors is not None and embedder is not None
         n = vectors.size
@@ -432,7 +440,7 @@ class SearchIndex:
             return []
         query = embedder.embed([text])[0]
         similarity = vectors.matrix[:n] @ query
-        admitted = vectors.alive[:n] & (similarity >= MEANING_FLOOR)
+        admitted = vectors.alive[:n].copy()
         if where.latest_only:
             admitted &= vectors.latest[:n]
         if where.side_effect_max is not None:
@@ -449,10 +457,10 @@ class SearchIndex:
             top = np.argpartition(-similarity[candidates], MEANING_DEPTH - 1)[:MEANING_DEPTH]
             candidates = candidates[top]
         order = candidates[np.argsort(-similarity[candidates], kind="stable")]
-        slots = [int(s) for s in vectors.slots[order]]
+        closest = [(int(slot), float(similarity[row])) for slot, row in zip(vectors.slots[order], order, strict=True)]
         if where.agent is not None or where.skill is not None:
-            slots = [s for s in slots if self._matches_key(s, where)]
-        return slots
+            closest = [(slot, sim) for slot, sim in closest if self._matches_key(slot, where)]
+        return closest
 
     def _shared_mask(self, n: int, viewer: str | None) -> Any:
         mask = np.zeros(n, dtype=bool)
