@@ -312,6 +312,26 @@ async def test_a_signed_body_replayed_to_another_agent_or_tenant_is_signature_in
     assert [e["reason"] for e in await events(db, tenant, "agent.registered")][-2:] == ["signature_invalid"] * 2
 
 
+async def test_another_tenants_auditor_reading_a_registration_gets_404_not_403(
+    client, db, publish, mint, tenant, other_tenant
+):
+    """Issue 35 item 6: another tenant's auditor got 403 for a visible agent's registration (and 404 for
+    an absent one), which told it the agent exists. Across tenants the answer is 404, everywhere."""
+    url = f"/v1/agents/{tenant}/billing-agent"
+    assert (await client.put(url, json=example("billing-agent.json"), headers=publish)).status_code == 201
+    assert (await client.get(url)).status_code == 200  # public: visible to everyone
+    for scopes in ("audit:read", "registry:publish", "audit:read registry:publish registry:read"):
+        stranger = mint(other_tenant, "auditor", scopes)
+        response = await client.get(f"{url}/registration", headers=stranger)
+        assert response.status_code == 404, (scopes, response.text)
+        assert response.headers["content-type"].startswith("application/problem+json")
+        absent = await client.get(f"/v1/agents/{tenant}/no-such-agent/registration", headers=stranger)
+        assert (absent.status_code, absent.json()["code"]) == (404, response.json()["code"]) == (404, "not_found")
+        assert absent.json()["detail"] == response.json()["detail"]
+    own_auditor = mint(tenant, "auditor", "audit:read")
+    assert (await client.get(f"{url}/registration", headers=own_auditor)).status_code == 200
+
+
 @hypothesis_settings(max_examples=40, deadline=None)
 @given(
     st.dictionaries(
