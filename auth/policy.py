@@ -684,13 +684,12 @@ def check_publisher_keys_read(caller: Caller, tenant: str) -> Refusal | None:
 
 
 def check_registration_read(caller: Caller, tenant: str, *, agent_visible: bool) -> Refusal | None:
-    """Reading the last registration body of `tenant`'s agent: an agent the caller may not see is
-    `not_found` (first), another tenant's visible one `tenant_mismatch`, then `audit:read` or
-    `registry:publish`."""
-    if not agent_visible:
+    """Reading the last registration body of `tenant`'s agent: an agent the caller may not see, or
+    another tenant's even when visible, is `not_found` (first: the body is its own tenant's record,
+    and across tenants the answer is 404 everywhere, so a 403 would tell the agent exists), then
+    `audit:read` or `registry:publish`."""
+    if not agent_visible or caller.tenant != tenant:
         return not_found("agent")
-    if caller.tenant != tenant:
-        return tenant_mismatch()
     if caller.holds(AUDIT_READ_SCOPE) or caller.holds(PUBLISH_SCOPE):
         return None
     return Refusal(

@@ -160,13 +160,17 @@ async def refresh_all_latest(conn: asyncpg.Connection, *, now: datetime) -> None
     await conn.execute(_refresh_latest_sql("true", "$1"), now - CLOCK_SKEW_MARGIN)
 
 
-async def content_hashes(conn: asyncpg.Connection, tenant: str, agent_id: str) -> dict[tuple[str, str], str]:
+async def content_hashes(
+    conn: asyncpg.Connection, tenant: str, agent_id: str
+) -> dict[tuple[str, str], tuple[str, str]]:
+    """Every stored version of an agent, retired ones too: (skill_id, version_key) -> (version, content_hash).
+    Keyed by precedence, not text: a version's identity (registry.versions.semver, one version per precedence)."""
     rows = await conn.fetch(
-        "SELECT skill_id, version, content_hash FROM capability_versions WHERE tenant = $1 AND agent_id = $2",
+        "SELECT skill_id, version_key, version, content_hash FROM capability_versions WHERE tenant = $1 AND agent_id = $2",
         tenant,
         agent_id,
     )
-    return {(r["skill_id"], r["version"]): r["content_hash"] for r in rows}
+    return {(r["skill_id"], r["version_key"]): (r["version"], r["content_hash"]) for r in rows}
 
 
 async def insert_versions(

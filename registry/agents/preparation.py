@@ -30,6 +30,12 @@ class PreparedSkill(msgspec.Struct):
     requires_approval: bool
     content_hash: str
 
+    @property
+    def identity(self) -> tuple[str, str]:
+        """(skill id, precedence): what tells this version apart from its skill's others
+        (registry.versions.semver, one version per precedence); db.capabilities.content_hashes' key."""
+        return (self.skill.id, self.version.sort_key())
+
 
 class CompatibilityVerdict(msgspec.Struct):
     """`incompatibilities(existing, new)` computed before the write, with the inputs it was computed on."""
@@ -79,9 +85,11 @@ def prepare_registration_now(registration: AgentRegistration) -> PreparedRegistr
         if isinstance(version, ErrorItem):
             errors.append(version)
             continue
-        key = (skill.id, str(version))
+        key = (skill.id, version.sort_key())  # one version per precedence: 1.0.0 and 1.0.0+b are the same
         if key in seen:
-            errors.append(ErrorItem(path=base, message=f"{skill.id}@{skill.version} appears twice"))
+            errors.append(
+                ErrorItem(path=base, message=f"{skill.id}@{skill.version} appears twice (build metadata aside)")
+            )
         seen.add(key)
         schema_problems = schema_errors(skill.input_schema, f"{base}/inputSchema", must_be_object=True)
         schema_problems += schema_errors(skill.output_schema, f"{base}/outputSchema", must_be_object=False)

@@ -138,7 +138,9 @@ async def verified_publisher(
         )
     signatures = msgspec.to_builtins(data.signatures)
     try:
-        kid, why = await bounded(verify_registration, body, signatures, keys, what="verifying the publisher signatures")
+        kid, why = await bounded(
+            verify_registration, body, signatures, keys, tenant, agent_id, what="verifying the publisher signatures"
+        )
     except ProblemError as error:  # past the deadline: refused like any invalid signature
         raise await refusing(ProblemError(400, SIGNATURE_INVALID, error.detail, errors=error.errors)) from None
     if kid is None:
@@ -146,7 +148,7 @@ async def verified_publisher(
             ProblemError(
                 400,
                 SIGNATURE_INVALID,
-                "no valid publisher signature over the body without `signatures`",
+                "no valid publisher signature over the body without `signatures` for this tenant and agent id",
                 errors=[ErrorItem(path="/signatures", message=why)],
             )
         )

@@ -55,8 +55,9 @@ async def get_publisher_keys(request: Request, tenant: TenantPath) -> PublisherJ
     "/v1/agents/{tenant:str}/{agent_id:str}/registration",
     summary="The agent's last applied registration body, byte for byte as signed",
     description=(
-        "For re-verifying the publisher's signature: the body's RFC 8785 form without `signatures` "
-        "is what each signature covers. Own tenant, scope audit:read or registry:publish."
+        "For re-verifying the publisher's signature: each signature covers the RFC 8785 form of "
+        '`{"agentId", "registration": the body without signatures, "tenant"}` with this path\'s tenant '
+        "and agent id. Own tenant, scope audit:read or registry:publish."
     ),
     responses=problem_responses(401, 403, 404),
 )

@@ -3,8 +3,10 @@
 A tenant's publisher keys are a JWKS of at most 20 public keys, Ed25519 (`OKP`) or P-256 (`EC`),
 each with a unique `kid` (`jwks_errors`). Once a tenant has keys, a registration must carry in
 `signatures` a detached JWS (`EdDSA` or `ES256`, `kid` among the keys) over the RFC 8785 canonical
-form of the request body without `signatures` (`signed_payload`, by the `rfc8785` package, the definition
-publishers use too, registry.client.signing; capreg has no canonicalizer of its own). `verify_registration` finds the first valid one.
+form of the request body without `signatures`, bound to the tenant and agent id of the path it is
+PUT to (`signed_payload`, by the `rfc8785` package, the definition publishers use too,
+registry.client.signing; capreg has no canonicalizer of its own): a signed body replayed to another
+agent or tenant does not verify. `verify_registration` finds the first valid one.
 
 Every input here is a registrant's: sizes are bounded before any work (signature count and
 lengths by the body's type, registry.core.records), the algorithm comes from an allow-list and must
@@ -113,23 +115,27 @@ def _key_problem(key: Any) -> tuple[str, str] | None:
 # --- Publisher signatures --------------------------------------------------------------------
 
 
-def signed_payload(body: bytes) -> bytes:
-    """The bytes a publisher signs: the RFC 8785 form of the body without its top-level `signatures`
-    (registry.client.signing.registration_payload, the one definition publishers use too)."""
+def signed_payload(body: bytes, tenant: str, agent_id: str) -> bytes:
+    """The bytes a publisher signs: the RFC 8785 form of the body without its top-level `signatures`,
+    with the tenant and agent id it registers (registry.client.signing.registration_payload, the one
+    definition publishers use too)."""
     try:
-        return registration_payload(body)
+        return registration_payload(body, tenant=tenant, agent_id=agent_id)
     except msgspec.DecodeError as exc:
         raise NotCanonical(f"the body is not JSON: {exc}") from None
     except (rfc8785.CanonicalizationError, RecursionError, ValueError) as exc:
         raise NotCanonical(f"the body has no RFC 8785 canonical form: {str(exc)[:MAX_REASON]}") from None
 
 
-def verify_registration(body: bytes, signatures: list[dict[str, Any]], keys: list[dict]) -> tuple[str | None, str]:
-    """(kid of the first valid signature, "") or (None, why none is valid). Pure CPU."""
+def verify_registration(
+    body: bytes, signatures: list[dict[str, Any]], keys: list[dict], tenant: str, agent_id: str
+) -> tuple[str | None, str]:
+    """(kid of the first valid signature, "") or (None, why none is valid) for `body` PUT to
+    `tenant`/`agent_id` (the path's, never the body's: a body names neither). Pure CPU."""
     if not keys:
         return None, "the tenant has no publisher keys to verify a signature with"
     try:
-        payload = signed_payload(body)
+        payload = signed_payload(body, tenant, agent_id)
     except NotCanonical as exc:
         return None, str(exc)
     encoded_payload = base64.urlsafe_b64encode(payload).rstrip(b"=").decode()
@@ -169,5 +175,5 @@ def _verify_one(signature: dict[str, Any], encoded_payload: str, keys: dict[str,
             f"{protected}.{encoded_payload}.{value}", PyJWK(jwk, algorithm=alg).key, algorithms=[alg]
         )
     except (PyJWTError, PyJWKError, ValueError, binascii.Error):
-        return None, f"the signature by {kid!r} does not verify over the body"
+        return None, f"the signature by {kid!r} does not verify over the body for this tenant and agent id"
     return kid, ""

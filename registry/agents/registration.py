@@ -151,7 +151,7 @@ async def check_compatibility_ahead(pool: Any, tenant: str, agent_id: str, prepa
     shared with other requests, then only checks that nothing changed in between instead of
     comparing schemas itself."""
     hashes = await capability_queries.content_hashes(pool, tenant, agent_id)
-    new_skills = [p for p in prepared.skills if (p.skill.id, p.skill.version) not in hashes]
+    new_skills = [p for p in prepared.skills if p.identity not in hashes]
     if not new_skills:
         return
     # No stored version at all (a new agent): nothing to read (every version, retired ones too, has a hash).
@@ -276,12 +276,23 @@ async def apply_registration(
     new_skills: list[PreparedSkill] = []
     for index, skill in enumerate(prepared.skills):
         ref = VersionRef(id=skill.skill.id, version=skill.skill.version)
-        stored = hashes.get((skill.skill.id, skill.skill.version))
+        stored = hashes.get(skill.identity)
         if stored is None:
             new_skills.append(skill)
             published.append(ref)
-        elif stored == skill.content_hash:
+        elif stored == (skill.skill.version, skill.content_hash):
             unchanged.append(ref)
+        elif stored[0] != skill.skill.version:
+            # A build of a published precedence (1.0.0+hotfix beside 1.0.0) is that version again, not a
+            # new one: as a version of its own it would skip the compatibility check and the replay gate.
+            conflicts.append(
+                ErrorItem(
+                    path=f"/skills/{index}/version",
+                    message=f"{skill.skill.id}@{skill.skill.version} has the precedence of the published "
+                    f"{skill.skill.id}@{stored[0]}: versions that differ only in build metadata are one "
+                    "version; publish a new version",
+                )
+            )
         else:
             conflicts.append(
                 ErrorItem(

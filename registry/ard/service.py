@@ -28,6 +28,7 @@ from db import ranked_search as ranked_queries
 from db.ard import A2A_CARD_TYPE, FACET_FIELDS, SIDE_EFFECT_NAMES, EntryFilter, FacetRequest, TextMatch
 from registry.ard.names import Publishers, agent_urn, parse_agent_urn
 from registry.core.cursors import decode_cursor, encode_cursor
+from registry.core.date_times import parse_date_time
 from registry.core.problems import ErrorItem, ProblemError, invalid_request, not_found
 from registry.core.records import SIDE_EFFECT_ORDER
 from registry.core.response_cache import DEFAULT_MAX_AGE, CachedResponse, etag_of, expiry
@@ -274,12 +275,10 @@ def list_filter(expression: str | None, publishers: Publishers) -> EntryFilter:
         if field in ("updatedAfter", "createdAfter"):
             if operator not in (">", "="):
                 raise _bad("filter", f"{field} takes '>' or '='")
-            try:
-                moment = msgspec.convert(value, datetime)
-            except msgspec.ValidationError:
-                raise _bad("filter", f"{field} must be an ISO 8601 date-time with a time zone") from None
-            if moment.tzinfo is None:
-                raise _bad("filter", f"{field} must be an ISO 8601 date-time with a time zone")
+            # The one date parser and range check: a value PostgreSQL cannot hold is the caller's 400
+            # naming the field, not a DataError from the query.
+            moment = parse_date_time(field, value, path="filter")
+            assert moment is not None  # a value was given
             moments[field] = moment
             continue
         if operator != "=":

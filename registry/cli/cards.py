@@ -1,10 +1,12 @@
-"""`capreg card verify REF` and `capreg card sign FILE --key KEY.pem --kid KID` (docs/client.md#signed-cards).
+"""`capreg card verify REF` and `capreg card sign FILE --key KEY.pem --kid KID --tenant T --agent-id A`
+(docs/client.md#signed-cards).
 
 `verify` fetches the agent's public card from CAPREG_URL and checks the registry's signature with
 a2a-sdk's verifier against that registry's JWKS (registry.client.Registry.agent_card): exit 0 and a
 line naming the key when it verifies, 1 when it does not. `sign` is for publishers and needs no
 registry: it prints the registration body of FILE with a publisher signature (Ed25519 key: EdDSA,
-P-256 key: ES256) over its RFC 8785 form without `signatures`, ready for `capreg register`.
+P-256 key: ES256) over its RFC 8785 form without `signatures` bound to `--tenant` and `--agent-id`,
+ready for `capreg register` with the same tenant and agent id.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def card_sign(args: argparse.Namespace, settings: object) -> int:
         print(f"capreg card sign: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
     try:
-        signed = sign_registration(body, key, args.kid)
+        signed = sign_registration(body, key, args.kid, tenant=args.tenant, agent_id=args.agent_id)
     except (ValueError, TypeError) as exc:  # not JSON, no canonical form, not a usable private key
         print(f"capreg card sign: {exc}", file=sys.stderr)
         return 2
@@ -61,4 +63,7 @@ def add_card_commands(commands: argparse._SubParsersAction) -> None:
     sign.add_argument("file")
     sign.add_argument("--key", required=True, help="PEM private key, Ed25519 or P-256 (PKCS#8 or traditional)")
     sign.add_argument("--kid", required=True, help="the key's kid among the tenant's publisher keys")
+    # Bound into the signed bytes: the signature authorises this one agent, not any agent it is PUT to.
+    sign.add_argument("--tenant", required=True, help="the tenant the signed body registers in")
+    sign.add_argument("--agent-id", required=True, help="the agent id the signed body registers")
     sign.set_defaults(run=card_sign)

@@ -6,10 +6,10 @@ signature on a served card with a2a-sdk's own verifier, and signing a registrati
   registry the client was made for, never from the `jku` a card names (a card is data).
 - `verify_card`: a2a-sdk's `create_signature_verifier` (EdDSA only) over the card as its
   `AgentCard` message; any failure is `CapregError(code="invalid_signature")`.
-- `registration_payload` / `sign_registration`: what a publisher signs, the RFC 8785 form of the
-  registration body without `signatures` (the `rfc8785` package), and the body with one detached
-  JWS added (EdDSA for an Ed25519 key, ES256 for a P-256 key). The registry verifies with the same
-  `registration_payload`.
+- `registration_payload` / `sign_registration`: what a publisher signs, the RFC 8785 form (the
+  `rfc8785` package) of `{"agentId", "registration", "tenant"}`: the registration body without
+  `signatures` bound to the agent it registers, and the body with one detached JWS added (EdDSA for
+  an Ed25519 key, ES256 for a P-256 key). The registry verifies with the same `registration_payload`.
 """
 
 from __future__ import annotations
@@ -117,14 +117,17 @@ def verify_card(card: dict[str, Any], keys: CardKeys) -> None:
 # Publishers
 
 
-def registration_payload(body: bytes | dict[str, Any]) -> bytes:
-    """The bytes a publisher signature covers: RFC 8785 of the body without `signatures`. Raises
-    ValueError (rfc8785.CanonicalizationError, msgspec.DecodeError) when there is no such form."""
+def registration_payload(body: bytes | dict[str, Any], *, tenant: str, agent_id: str) -> bytes:
+    """The bytes a publisher signature covers: RFC 8785 of `{"agentId": agent_id, "registration": the
+    body without signatures, "tenant": tenant}`. The tenant and agent id are in the signed bytes so a
+    signature authorises one resource: the same body replayed to another agent or tenant does not
+    verify. Raises ValueError (rfc8785.CanonicalizationError, msgspec.DecodeError) when there is no
+    such form."""
     value = msgspec.json.decode(body) if isinstance(body, bytes | str) else dict(body)
     if not isinstance(value, dict):
         raise ValueError("a registration body is a JSON object")
     value.pop("signatures", None)
-    return rfc8785.dumps(value)
+    return rfc8785.dumps({"agentId": agent_id, "registration": value, "tenant": tenant})
 
 
 def _publisher_key(private_key: object) -> tuple[Ed25519PrivateKey | ec.EllipticCurvePrivateKey, str]:
@@ -136,12 +139,15 @@ def _publisher_key(private_key: object) -> tuple[Ed25519PrivateKey | ec.Elliptic
     raise ValueError("a publisher key is an Ed25519 or a P-256 private key")
 
 
-def sign_registration(body: bytes | dict[str, Any], private_key_pem: bytes, kid: str) -> dict[str, Any]:
-    """The registration body with one publisher signature (replacing any): a detached JWS over
-    `registration_payload(body)` with `alg` and `kid` in its protected header."""
+def sign_registration(
+    body: bytes | dict[str, Any], private_key_pem: bytes, kid: str, *, tenant: str, agent_id: str
+) -> dict[str, Any]:
+    """The registration body with one publisher signature (replacing any) for
+    `PUT /v1/agents/{tenant}/{agent_id}` only: a detached JWS over `registration_payload(body,
+    tenant=, agent_id=)` with `alg` and `kid` in its protected header."""
     private_key, algorithm = _publisher_key(serialization.load_pem_private_key(private_key_pem, password=None))
     value = msgspec.json.decode(body) if isinstance(body, bytes | str) else dict(body)
-    payload = registration_payload(value)
+    payload = registration_payload(value, tenant=tenant, agent_id=agent_id)
     compact = jwt.api_jws.encode(payload, private_key, algorithm=algorithm, headers={"kid": kid, "typ": "JOSE"})
     protected, _, signature = compact.split(".")
     value["signatures"] = [{"protected": protected, "signature": signature}]

@@ -42,8 +42,10 @@ def utc(name: str, at: datetime) -> datetime:
     return converted
 
 
-def parse_date_time(name: str, value: str | None) -> datetime | None:
-    """A query parameter's RFC 3339 text as an aware UTC datetime; 400 naming `name` otherwise."""
+def parse_date_time(name: str, value: str | None, *, path: str | None = None) -> datetime | None:
+    """A query parameter's RFC 3339 text as an aware UTC datetime; 400 naming `name` otherwise. `path`:
+    the parameter that holds the date when it is part of another (`filter` of ARD's list, whose
+    clause `updatedAfter > '...'` is `name`); the error's pointer, `name` by default."""
     if value is None:
         return None
     at = None
@@ -55,9 +57,9 @@ def parse_date_time(name: str, value: str | None) -> datetime | None:
     if at is None:
         raise invalid_request(
             f"{name} must be an RFC 3339 date-time with an offset, e.g. 2026-05-01T00:00:00Z",
-            [ErrorItem(path=name, message="not an RFC 3339 date-time")],
+            [ErrorItem(path=path or name, message=f"{name}: not an RFC 3339 date-time")],
         )
-    return _or_400(name, lambda: utc(name, at))
+    return _or_400(name, lambda: utc(name, at), path=path)
 
 
 def shifted(name: str, at: datetime, delta: timedelta) -> datetime:
@@ -83,8 +85,8 @@ def check_date_time(field: str, at: datetime | None) -> None:
         raise ValueError(f"field `{field}`: {error}") from None
 
 
-def _or_400(name: str, compute):
+def _or_400(name: str, compute, *, path: str | None = None):
     try:
         return compute()
     except DateTimeOutOfRange as error:
-        raise invalid_request(str(error), [ErrorItem(path=name, message=str(error))]) from None
+        raise invalid_request(str(error), [ErrorItem(path=path or name, message=str(error))]) from None

@@ -155,7 +155,8 @@ class AgentRegistration(Wire):
     icon_url: ShortText | None = None
     security_schemes: dict[str, Any] = {}
     security_requirements: list[dict[str, Any]] = []
-    # Publisher signatures over the body without this member (registry.agents.publisher_signatures).
+    # Publisher signatures over the body without this member, bound to the path's tenant and agent id
+    # (registry.agents.publisher_signatures).
     signatures: Annotated[list[CardSignature], msgspec.Meta(max_length=MAX_SIGNATURES)] = []
     visibility: Visibility = "tenant"
     shared_with: Annotated[list[Tenant], msgspec.Meta(max_length=MAX_SHARED_WITH)] = []

@@ -10,6 +10,11 @@ Pure: no I/O and no clock. Callers drop retired and not-yet-effective versions b
 
 Equality and hashing follow precedence, so build metadata is ignored by `==` just as it is by
 ordering (`1.0.0+a == 1.0.0+b`); compare `str(v)` to tell builds apart.
+
+One version per precedence (the rule, said here once): a skill's versions are told apart by
+precedence alone, `==` here and `sort_key()` as stored (`version_key`). Two versions that differ only
+in build metadata are one version, so registration refuses the second (409 `version_conflict`,
+registry.agents.registration) and `resolve` never answers an exact request with another text.
 """
 
 from __future__ import annotations
@@ -148,7 +153,8 @@ class Version:
         return self._precedence() >= other._precedence()
 
     def sort_key(self) -> str:
-        """ASCII text whose bytewise order is semver precedence (build metadata is not in it)."""
+        """ASCII text whose bytewise order is semver precedence (build metadata is not in it): also a
+        version's identity among its skill's versions (one version per precedence, above)."""
         core = f"{self.major:020d}.{self.minor:020d}.{self.patch:020d}"
         if not self.prerelease:
             return core + _KEY_RELEASE
@@ -313,8 +319,10 @@ def resolve(spec: str, versions: Iterable[Version]) -> Version | None:
     """The version `spec` asks for among `versions`, or None when nothing fits.
 
     `spec` is `latest` (newest release; pre-releases are never semver's "latest": a skill's latest
-    version is auth.policy.LATEST_ORDER's, registry.release.service.choose_version), an exact version (returned
-    when present; an exact spec with build metadata must match it too), or a range (newest match).
+    version is auth.policy.LATEST_ORDER's, registry.release.service.choose_version), an exact version, or
+    a range (newest match). An exact version answers the version of that text; without build metadata
+    it also answers the one version of its precedence (`1.0.0` finds a lone `1.0.0+b7`), never one of
+    several (builds stored before one version per precedence was enforced are ambiguous: None).
     Raises InvalidRange when `spec` is none of these. The answer is one of the given objects itself
     (not a copy), so callers can map it back to their records by identity.
     """
@@ -326,6 +334,10 @@ def resolve(spec: str, versions: Iterable[Version]) -> Version | None:
     except InvalidVersion:
         exact = None
     if exact is not None:
-        return next((v for v in candidates if v == exact and (not exact.build or v.build == exact.build)), None)
+        same = [v for v in candidates if v == exact]
+        written = next((v for v in same if str(v) == spec), None)
+        if written is not None or exact.build:
+            return written
+        return same[0] if len(same) == 1 else None
     version_range = parse_range(spec)
     return max((v for v in candidates if version_range.matches(v)), default=None)

@@ -40,8 +40,8 @@ def p256(kid: str):
     return _pem(private), jwk
 
 
-def signed_body(card: dict, pem: bytes, kid: str) -> bytes:
-    return json.dumps(sign_registration(card, pem, kid)).encode()
+def signed_body(card: dict, pem: bytes, kid: str, tenant: str, agent_id: str = "billing-agent") -> bytes:
+    return json.dumps(sign_registration(card, pem, kid, tenant=tenant, agent_id=agent_id)).encode()
 
 
 async def events(db, tenant: str, type_: str):
@@ -139,7 +139,7 @@ async def test_signed_registration_flow(client, db, admin, publish, mint, tenant
     assert [tuple(e) for e in await events(db, tenant, "agent.registered")] == [("denied", "signature_required")]
 
     # Bad signatures: over other bytes, unknown kid, alg none, HS256 with the public key as secret.
-    other = signed_body({**card, "description": "something else"}, pem_a, "key-a")
+    other = signed_body({**card, "description": "something else"}, pem_a, "key-a", tenant)
     over_other_bytes = json.loads(other) | {"description": card["description"]}
 
     def forged_header(header):
@@ -148,7 +148,11 @@ async def test_signed_registration_flow(client, db, admin, publish, mint, tenant
     import hashlib
     import hmac
 
-    payload = base64.urlsafe_b64encode(registration_payload(card)).rstrip(b"=").decode()
+    payload = (
+        base64.urlsafe_b64encode(registration_payload(card, tenant=tenant, agent_id="billing-agent"))
+        .rstrip(b"=")
+        .decode()
+    )
     hs_header = forged_header({"alg": "HS256", "kid": "key-a"})
     hs_sig = (
         base64.urlsafe_b64encode(
@@ -159,11 +163,11 @@ async def test_signed_registration_flow(client, db, admin, publish, mint, tenant
     )
     bad_bodies = [
         over_other_bytes,
-        json.loads(signed_body(card, pem_a, "key-zzz")),
+        json.loads(signed_body(card, pem_a, "key-zzz", tenant)),
         card | {"signatures": [{"protected": forged_header({"alg": "none", "kid": "key-a"}), "signature": "x"}]},
         card | {"signatures": [{"protected": hs_header, "signature": hs_sig}]},
         card | {"signatures": [{"protected": "!!!", "signature": "x"}]},
-        json.loads(signed_body(card, pem_a, "key-b")),  # Ed25519 signature under the P-256 kid
+        json.loads(signed_body(card, pem_a, "key-b", tenant)),  # Ed25519 signature under the P-256 kid
     ]
     for body in bad_bodies:
         refused = await client.put(url, json=body, headers=publish)
@@ -176,7 +180,7 @@ async def test_signed_registration_flow(client, db, admin, publish, mint, tenant
     )
 
     # Signed (EdDSA): accepted; the kid is in the event and the views.
-    body = signed_body(card, pem_a, "key-a")
+    body = signed_body(card, pem_a, "key-a", tenant)
     accepted = await client.put(url, content=body, headers=publish | {"content-type": "application/json"})
     assert accepted.status_code == 201, accepted.text
     assert accepted.json()["agent"]["publisher"] == {"signed": True, "kid": "key-a"}
@@ -191,7 +195,7 @@ async def test_signed_registration_flow(client, db, admin, publish, mint, tenant
     registration = await client.get(f"{url}/registration", headers=publish)
     assert registration.status_code == 200 and registration.content == body
     assert verify_registration(
-        registration.content, json.loads(registration.content)["signatures"], [key_a, key_b]
+        registration.content, json.loads(registration.content)["signatures"], [key_a, key_b], tenant, "billing-agent"
     ) == ("key-a", "")
     auditor = mint(tenant, "auditor", "audit:read")
     assert (await client.get(f"{url}/registration", headers=auditor)).content == body
@@ -204,7 +208,7 @@ async def test_signed_registration_flow(client, db, admin, publish, mint, tenant
     ).status_code == 200
     v2 = {**card, "version": "1.5.0"}
     es = await client.put(
-        url, content=signed_body(v2, pem_b, "key-b"), headers=publish | {"content-type": "application/json"}
+        url, content=signed_body(v2, pem_b, "key-b", tenant), headers=publish | {"content-type": "application/json"}
     )
     assert es.status_code == 200 and es.json()["agent"]["publisher"] == {"signed": True, "kid": "key-b"}, es.text
 
@@ -218,7 +222,7 @@ async def test_signed_registration_flow(client, db, admin, publish, mint, tenant
     assert (await client.get(url)).json()["version"] == "1.5.0"
     # The bytes last applied, signed by a key that is gone: not answered as unchanged.
     stale = await client.put(
-        url, content=signed_body(v2, pem_b, "key-b"), headers=publish | {"content-type": "application/json"}
+        url, content=signed_body(v2, pem_b, "key-b", tenant), headers=publish | {"content-type": "application/json"}
     )
     assert stale.status_code == 400 and stale.json()["code"] == "signature_invalid"
 
@@ -247,7 +251,7 @@ async def test_a_kid_bound_to_another_key_refuses_the_bytes_the_old_key_signed(c
     assert (
         await client.put(f"/v1/tenants/{tenant}/publisher-keys", json={"keys": [key]}, headers=admin)
     ).status_code == 200
-    body = signed_body(example("billing-agent.json"), pem, "k")
+    body = signed_body(example("billing-agent.json"), pem, "k", tenant)
     headers = publish | {"content-type": "application/json"}
     assert (await client.put(url, content=body, headers=headers)).status_code == 201
     assert (await client.put(url, content=body, headers=headers)).status_code == 200  # unchanged
@@ -259,6 +263,75 @@ async def test_a_kid_bound_to_another_key_refuses_the_bytes_the_old_key_signed(c
     assert again.status_code == 400 and again.json()["code"] == "signature_invalid", again.text
 
 
+async def test_a_signed_body_replayed_to_another_agent_or_tenant_is_signature_invalid(
+    client, db, admin, publish, mint, tenant, other_tenant
+):
+    """Issue 35 item 2: a stolen `registry:publish` token read one agent's signed body from
+    `GET .../registration` and PUT it to another agent id, which took the source's visibility and
+    sharing. The tenant and agent id are in the signed bytes: a replay to any other resource fails."""
+    pem, key = ed25519("k")
+    for owner, token in ((tenant, admin), (other_tenant, mint(other_tenant, "admin", "registry:admin"))):
+        put = await client.put(f"/v1/tenants/{owner}/publisher-keys", json={"keys": [key]}, headers=token)
+        assert put.status_code == 200, put.text
+    headers = publish | {"content-type": "application/json"}
+    body = signed_body(example("billing-agent.json"), pem, "k", tenant, "billing-agent")
+    source = await client.put(f"/v1/agents/{tenant}/billing-agent", content=body, headers=headers)
+    assert source.status_code == 201, source.text
+    # The target: a tenant-only agent, signed for its own id.
+    private = {**example("billing-agent.json"), "visibility": "tenant", "name": "Internal Ledger"}
+    target = signed_body(private, pem, "k", tenant, "internal-ledger")
+    assert (
+        await client.put(f"/v1/agents/{tenant}/internal-ledger", content=target, headers=headers)
+    ).status_code == 201
+    before = (
+        await count_rows(db, "agents", tenant=tenant),
+        await count_rows(db, "capability_versions", tenant=tenant),
+        await count_rows(db, "audit_events", tenant=tenant, outcome="allowed"),
+    )
+
+    stolen = (await client.get(f"/v1/agents/{tenant}/billing-agent/registration", headers=publish)).content
+    assert stolen == body
+    for agent_id in ("internal-ledger", "brand-new-agent"):
+        replayed = await client.put(f"/v1/agents/{tenant}/{agent_id}", content=stolen, headers=headers)
+        assert replayed.status_code == 400, replayed.text
+        assert replayed.headers["content-type"].startswith("application/problem+json")
+        assert replayed.json()["code"] == "signature_invalid" and replayed.json()["errors"][0]["path"] == "/signatures"
+    other_publish = mint(other_tenant, "publisher", "registry:publish") | {"content-type": "application/json"}
+    across = await client.put(f"/v1/agents/{other_tenant}/billing-agent", content=stolen, headers=other_publish)
+    assert across.status_code == 400 and across.json()["code"] == "signature_invalid", across.text
+
+    assert await count_rows(db, "agents", tenant=other_tenant) == 0
+    after = (
+        await count_rows(db, "agents", tenant=tenant),
+        await count_rows(db, "capability_versions", tenant=tenant),
+        await count_rows(db, "audit_events", tenant=tenant, outcome="allowed"),
+    )
+    assert after == before
+    ledger = await client.get(f"/v1/agents/{tenant}/internal-ledger", headers=mint(tenant, "r", "registry:read"))
+    assert ledger.json()["visibility"] == "tenant" and ledger.json()["name"] == "Internal Ledger"
+    assert [e["reason"] for e in await events(db, tenant, "agent.registered")][-2:] == ["signature_invalid"] * 2
+
+
+async def test_another_tenants_auditor_reading_a_registration_gets_404_not_403(
+    client, db, publish, mint, tenant, other_tenant
+):
+    """Issue 35 item 6: another tenant's auditor got 403 for a visible agent's registration (and 404 for
+    an absent one), which told it the agent exists. Across tenants the answer is 404, everywhere."""
+    url = f"/v1/agents/{tenant}/billing-agent"
+    assert (await client.put(url, json=example("billing-agent.json"), headers=publish)).status_code == 201
+    assert (await client.get(url)).status_code == 200  # public: visible to everyone
+    for scopes in ("audit:read", "registry:publish", "audit:read registry:publish registry:read"):
+        stranger = mint(other_tenant, "auditor", scopes)
+        response = await client.get(f"{url}/registration", headers=stranger)
+        assert response.status_code == 404, (scopes, response.text)
+        assert response.headers["content-type"].startswith("application/problem+json")
+        absent = await client.get(f"/v1/agents/{tenant}/no-such-agent/registration", headers=stranger)
+        assert (absent.status_code, absent.json()["code"]) == (404, response.json()["code"]) == (404, "not_found")
+        assert absent.json()["detail"] == response.json()["detail"]
+    own_auditor = mint(tenant, "auditor", "audit:read")
+    assert (await client.get(f"{url}/registration", headers=own_auditor)).status_code == 200
+
+
 @hypothesis_settings(max_examples=40, deadline=None)
 @given(
     st.dictionaries(
@@ -268,18 +341,21 @@ async def test_a_kid_bound_to_another_key_refuses_the_bytes_the_old_key_signed(c
 def test_any_change_to_the_signed_body_fails(extra):
     pem, key = ed25519("k")
     card = {**example("billing-agent.json"), **{f"x{k}": v for k, v in extra.items()}}
-    signed = sign_registration(card, pem, "k")
+    signed = sign_registration(card, pem, "k", tenant="t", agent_id="a")
     body = json.dumps(signed).encode()
-    assert verify_registration(body, signed["signatures"], [key])[0] == "k"
+    assert verify_registration(body, signed["signatures"], [key], "t", "a")[0] == "k"
     changed = json.dumps(signed | {"description": signed["description"] + "."}).encode()
-    assert verify_registration(changed, signed["signatures"], [key])[0] is None
+    assert verify_registration(changed, signed["signatures"], [key], "t", "a")[0] is None
+    # The same bytes for another resource: the tenant and agent id are signed too.
+    assert verify_registration(body, signed["signatures"], [key], "t", "b")[0] is None
+    assert verify_registration(body, signed["signatures"], [key], "u", "a")[0] is None
 
 
 def test_bodies_without_a_canonical_form_are_invalid():
     pem, key = ed25519("k")
-    signed = sign_registration(example("billing-agent.json"), pem, "k")
+    signed = sign_registration(example("billing-agent.json"), pem, "k", tenant="t", agent_id="a")
     for raw in (b'{"a": 9007199254740993, "signatures": []}', b'{"a": 1e400}', b"[1]"):
-        kid, why = verify_registration(raw, signed["signatures"], [key])
+        kid, why = verify_registration(raw, signed["signatures"], [key], "t", "a")
         assert kid is None and why
 
 
@@ -316,11 +392,26 @@ def test_cli_sign_register_verify_round_trip(live_server, tmp_path):
     )
     assert unsigned.returncode == 1 and "signature_required" in unsigned.stderr
     signed = capreg(
-        env, "card", "sign", str(tmp_path / "card.json"), "--key", str(tmp_path / "key.pem"), "--kid", "cli-key"
+        env,
+        "card",
+        "sign",
+        str(tmp_path / "card.json"),
+        "--key",
+        str(tmp_path / "key.pem"),
+        "--kid",
+        "cli-key",
+        "--tenant",
+        tenant,
+        "--agent-id",
+        "billing-agent",
     )
     (tmp_path / "signed.json").write_text(signed.stdout)
     assert json.loads(signed.stdout)["signatures"][0]["protected"]
     capreg(env, "register", str(tmp_path / "signed.json"), "--tenant", tenant, "--agent-id", "billing-agent")
+    elsewhere = capreg(
+        env, "register", str(tmp_path / "signed.json"), "--tenant", tenant, "--agent-id", "other-agent", check=False
+    )
+    assert elsewhere.returncode == 1 and "signature_invalid" in elsewhere.stderr
     verified = capreg(env, "card", "verify", f"{tenant}/billing-agent")
     assert "signature verified" in verified.stdout
     registration = httpx.get(
@@ -336,6 +427,10 @@ def test_cli_sign_register_verify_round_trip(live_server, tmp_path):
         str(tmp_path / "card.json"),
         "--kid",
         "x",
+        "--tenant",
+        tenant,
+        "--agent-id",
+        "billing-agent",
         check=False,
     )
     assert bad_key.returncode == 2 and "Traceback" not in bad_key.stderr

@@ -83,6 +83,46 @@ async def test_versions_missing_from_a_later_put_are_kept(client, mint, tenant):
     assert [v["version"] for v in versions.json()["items"]] == ["1.1.0"]
 
 
+async def test_a_build_of_a_published_version_is_the_same_version_409_and_resolves_to_nothing_else(
+    client, mint, tenant, db
+):
+    """Issue 35 item 1: `1.0.0+hotfix` beside `1.0.0` has no precedence of its own, so it would skip the
+    compatibility check and the replay gate; it is the published version again, refused as such."""
+    original = {
+        **BILLING["skills"][0],
+        "id": "widget.drop",
+        "version": "1.0.0",
+        "scopes": ["widgets:read"],
+        "sideEffect": "none",
+        "dataRegions": ["eu"],
+    }
+    headers = mint(tenant, "publisher", "registry:publish")
+    created = await client.put(f"/v1/agents/{tenant}/widgets", json={**BILLING, "skills": [original]}, headers=headers)
+    assert created.status_code == 201, created.text
+    before = await snapshot(db, tenant)
+    twin = {**original, "version": "1.0.0+hotfix", "scopes": [], "sideEffect": "destructive", "dataRegions": []}
+    response = await client.put(f"/v1/agents/{tenant}/widgets", json={**BILLING, "skills": [twin]}, headers=headers)
+    assert response.status_code == 409, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    problem = response.json()
+    assert problem["code"] == "version_conflict" and problem["errors"][0]["path"] == "/skills/0/version"
+    assert await snapshot(db, tenant) == before
+    # Both builds in one body: the same version twice (400), nothing stored.
+    for agent_id in ("widgets", "widgets-2"):
+        both = {**BILLING, "skills": [original, twin]}
+        response = await client.put(f"/v1/agents/{tenant}/{agent_id}", json=both, headers=headers)
+        assert response.status_code == 400 and response.json()["errors"][0]["path"] == "/skills/1", response.text
+        assert await snapshot(db, tenant) == before
+
+    reader = mint(tenant, "router", ["registry:read", "widgets:read"], regions=["eu"])
+    for spec in ("1.0.0", "latest", "^1", "~1.0", "1"):
+        detail = await client.get(f"/v1/agents/{tenant}/widgets/skills/widget.drop/versions/{spec}", headers=reader)
+        assert detail.status_code == 200, (spec, detail.text)
+        assert detail.json()["version"] == "1.0.0" and detail.json()["sideEffect"] == "none"
+    hotfix = await client.get(f"/v1/agents/{tenant}/widgets/skills/widget.drop/versions/1.0.0+hotfix", headers=reader)
+    assert hotfix.status_code == 404, hotfix.text
+
+
 async def test_legacy_0_3_card_is_converted(client, mint, tenant, db):
     headers = mint(tenant, "search", "registry:publish")
     response = await client.put(f"/v1/agents/{tenant}/docs-search", json=LEGACY, headers=headers)

@@ -536,6 +536,27 @@ async def test_bad_input_is_invalid_argument(client, mint, db, fleet):
     assert await count_rows(db, "audit_events") == audit_before  # anonymous refusals are never audited
 
 
+async def test_list_filter_dates_go_through_the_one_range_check(client, db):
+    """Issue 35 item 5: dates inside `filter` skipped the range check; extreme values reached PostgreSQL
+    and came back as "a request value is not acceptable: DataError", naming no field."""
+    audit_before = await count_rows(db, "audit_events")
+    for field in ("updatedAfter", "createdAfter"):
+        for value in (
+            "0001-01-01T00:00:00+23:59",  # before year 1 in UTC
+            "9999-12-31T23:59:59-23:59",  # after year 9999 in UTC
+            "0001-01-01T00:00:00Z",  # asyncpg's -infinity
+            "9999-12-31T23:59:59.999999Z",  # and +infinity
+        ):
+            response = await client.get("/ard/agents", params={"filter": f"{field} > '{value}'"})
+            assert response.status_code == 400, (field, value, response.text)
+            assert response.json()["errorCode"] == "INVALID_ARGUMENT"
+            message = response.json()["message"]
+            assert message.startswith(field) and "outside" in message and "DataError" not in message, message
+        response = await client.get("/ard/agents", params={"filter": f"{field} = '2026-13-01T00:00:00Z'"})
+        assert response.status_code == 400 and response.json()["message"].startswith(field), response.text
+    assert await count_rows(db, "audit_events") == audit_before
+
+
 async def test_errors_are_ards_only_under_ard(client, mint):
     response = await client.post(
         "/ard/search", json={"query": {"text": "x"}}, headers={"Authorization": "Bearer nonsense"}

@@ -251,21 +251,22 @@ async def test_latest_marker_follows_the_clock_and_lifecycle(client, mint, tenan
     assert ard.status_code == 200 and len(ard.json()["results"]) >= 1
 
 
-async def test_builds_of_one_precedence_have_one_latest_named_alike_everywhere(client, mint, tenant):
-    """`1.0.0+a` and `1.0.0+b` share a precedence: exactly one is latest (the version text breaks the
-    tie, db.capabilities.LATEST_ORDER), and discovery, ranked search and a detail release name it alike."""
+async def test_builds_of_one_precedence_are_one_version_named_alike_everywhere(client, mint, tenant):
+    """`1.0.0+a` and `1.0.0+b` share a precedence, so they are one version (registry.versions.semver): the
+    second build is refused, and discovery, ranked search and a detail release name the first alike."""
     first = agent(skill("widget.build", "Build widgets", "Builds a widget", version="1.0.0+a"))
     second = agent(skill("widget.build", "Build widgets", "Builds a widget", version="1.0.0+b"))
     headers = mint(tenant, "publisher", "registry:publish")
     created = await client.put(f"/v1/agents/{tenant}/widgets", json=first, headers=headers)
     assert created.status_code == 201, created.text
     again = await client.put(f"/v1/agents/{tenant}/widgets", json=second, headers=headers)
-    assert again.status_code == 201, again.text  # a second build of one precedence is a version of its own
+    assert again.status_code == 409 and again.json()["code"] == "version_conflict", again.text
     listed = (await client.get("/v1/capabilities", params={"tenant": tenant})).json()["items"]
     ranked = (await client.get("/v1/capabilities", params={"tenant": tenant, "q": "widget"})).json()["items"]
-    assert [i["version"] for i in listed if i["id"] == "widget.build"] == ["1.0.0+b"]
-    assert [i["version"] for i in ranked if i["id"] == "widget.build"] == ["1.0.0+b"]
+    assert [i["version"] for i in listed if i["id"] == "widget.build"] == ["1.0.0+a"]
+    assert [i["version"] for i in ranked if i["id"] == "widget.build"] == ["1.0.0+a"]
     reader = mint(tenant, "router", "registry:read")
-    detail = await client.get(f"/v1/agents/{tenant}/widgets/skills/widget.build/versions/latest", headers=reader)
-    assert detail.status_code == 200, detail.text
-    assert detail.json()["version"] == "1.0.0+b"
+    for spec in ("latest", "1.0.0", "1.0.0+a"):
+        detail = await client.get(f"/v1/agents/{tenant}/widgets/skills/widget.build/versions/{spec}", headers=reader)
+        assert detail.status_code == 200, detail.text
+        assert detail.json()["version"] == "1.0.0+a"

@@ -279,6 +279,15 @@ def test_resolve_exact_with_build_metadata() -> None:
     assert resolve("1.0.0+b8", stored) is None
 
 
+def test_an_exact_request_never_resolves_to_another_build() -> None:
+    """One version per precedence: an exact request answers its own text, never a twin of it (twins stored
+    before registration refused them leave a build-less request ambiguous: None, never a guess)."""
+    twins = [V("1.0.0+hotfix"), V("1.0.0")]
+    assert str(resolve("1.0.0", twins)) == "1.0.0"
+    assert str(resolve("1.0.0+hotfix", twins)) == "1.0.0+hotfix"
+    assert resolve("1.0.0", [V("1.0.0+a"), V("1.0.0+b")]) is None
+
+
 @pytest.mark.parametrize("spec", ["^", "2.x.y", ">=2,,<3", "v1.0.0", "", "01.0.0"])
 def test_resolve_rejects_malformed_specs(spec: str) -> None:
     with pytest.raises(InvalidRange):
