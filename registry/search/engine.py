@@ -10,8 +10,9 @@ every candidate against the rules that decide it (db.ranked_search.checked_page)
   Levenshtein automaton over the term dictionary, transpositions counting one).
 - Meaning: a unit vector per version (registry.search.embeddings), the closest ones found by exact
   dot products over a matrix, above a similarity floor.
-- Fusion: reciprocal ranks (k = 60) of the two lists, each cut at a fixed depth, so a version's
-  score does not depend on the page asked for; the score is an integer in [0, SCORE_SCALE].
+- Fusion (`fuse`): a convex combination of the words' BM25 (relative to the best candidate's) and
+  the cosine similarity, over the candidates of both lists, each cut at a fixed depth, so a
+  version's score does not depend on the page asked for; the score is an integer in [0, SCORE_SCALE].
 
 Each list is cut at a fixed depth (WORD_DEPTH, MEANING_DEPTH): a query's work grows with those and
 with the corpus's posting lists, never with how many records match. Pre-filters (visibility, the
@@ -44,11 +45,9 @@ SHORTLIST_FLOOR = 0.3
 # still counts towards a version the words found (unit vectors: unrelated texts score about
 # 0-0.3 with the default model; a paraphrase 0.5 and more).
 MEANING_FLOOR = 0.45
-# Reciprocal rank fusion: each list adds weight / (RRF_K + rank).
-RRF_K = 60
-WORD_WEIGHT = 1.0
-MEANING_WEIGHT = 1.0
-# Scores are integers: the fused score over the best possible one (first in both lists), times this.
+# Fusion (`fuse`): the words' share of a score; the rest is closeness in meaning.
+WORD_SHARE = 0.7
+# Scores are integers: the fused score in [0, 1] times this.
 SCORE_SCALE = 1_000_000
 # Field weights (boosts of each field's BM25).
 # `all` is the record's whole text (id, name, tags, description) under one length norm: textbook BM25.
@@ -125,6 +124,34 @@ class Hit(msgspec.Struct, frozen=True, array_like=True):
     @property
     def ref(self) -> str:
         return f"{self.tenant}/{self.agent_id}/{self.skill_id}@{self.version}"
+
+
+def fuse(evidence: dict[int, float], closeness: dict[int, float], *, meaning: bool) -> dict[int, int]:
+    """Each candidate's score in [0, SCORE_SCALE]: WORD_SHARE of its BM25 relative to the best
+    candidate's, plus the rest of its cosine similarity to the query (0 when below zero). A convex
+    combination of scores, not of ranks: a word only one record holds keeps its weight, and equal
+    records score equally whatever order a list returned them in (docs/performance.md#ranked-search
+    measures it against reciprocal rank fusion). Without meaning, the words' share is all."""
+    best = max(evidence.values(), default=0.0)
+    share = WORD_SHARE if meaning else 1.0
+    fused = {}
+    for slot in evidence.keys() | closeness.keys():
+        words = evidence.get(slot, 0.0) / best if best > 0 else 0.0
+        score = share * words + (1.0 - share) * max(0.0, closeness.get(slot, 0.0))
+        fused[slot] = min(SCORE_SCALE, round(score * SCORE_SCALE))
+    return fused
+
+
+def _whole_ties(ranked: list[Any], depth: int) -> list[Any]:
+    """A list cut at `depth` (pairs, score first, best first) without the group of equal scores
+    that the cut went through, unless that group is all there is: which of several equal records
+    made the cut is arbitrary, and equal records must score alike (one of them must not outrank
+    its twin because a partition happened to keep it)."""
+    if len(ranked) < depth:
+        return ranked
+    last = ranked[-1][0]
+    kept = [pair for pair in ranked if pair[0] != last]
+    return kept or ranked
 
 
 def document_audiences(d: Document) -> list[str]:
@@ -399,28 +426,34 @@ class SearchIndex:
         is asked of the words the model knows (Embedder.known), if any."""
         searcher = self.searcher
         terms = self.terms(words)
-        fused: dict[int, float] = {}
+        evidence: dict[int, float] = {}  # slot -> BM25
         if terms:
-            hits = searcher.search(self._word_query(searcher, terms, where), WORD_DEPTH, count=False).hits
+            hits = _whole_ties(
+                searcher.search(self._word_query(searcher, terms, where), WORD_DEPTH, count=False).hits, WORD_DEPTH
+            )
             slots = searcher.fast_field_values("slot", [address for _, address in hits])
-            for rank, value in enumerate(slots):
-                if value is None:
-                    continue
-                slot = int(value)
-                fused[slot] = fused.get(slot, 0.0) + WORD_WEIGHT / (RRF_K + rank + 1)
+            for (score, _), value in zip(hits, slots, strict=True):
+                if value is not None:
+                    evidence[int(value)] = score
+        closeness: dict[int, float] = {}  # slot -> cosine similarity
         meaning = " ".join(w for w in words if self.embedder is not None and self.embedder.known(w))
-        if self.vectors is not None and meaning:
-            # Every version among the closest counts towards the fused order of those the words
-            # found; one the words did not find is proposed only when close enough on its own.
-            for rank, (slot, similarity) in enumerate(self._closest(meaning, where)):
-                if slot in fused or similarity >= MEANING_FLOOR:
-                    fused[slot] = fused.get(slot, 0.0) + MEANING_WEIGHT / (RRF_K + rank + 1)
-        best = (WORD_WEIGHT + (MEANING_WEIGHT if self.vectors is not None else 0.0)) / (RRF_K + 1)
+        if self.vectors is not None and self.embedder is not None and meaning:
+            query = self.embedder.embed([meaning])[0]
+            for sim, slot in _whole_ties([(sim, slot) for slot, sim in self._closest(query, where)], MEANING_DEPTH):
+                if sim >= MEANING_FLOOR:  # proposed for its meaning alone
+                    closeness[slot] = sim
+            # The words' candidates are scored for meaning too: a dot product each.
+            rows = [(slot, self.vectors.row(slot)) for slot in evidence if slot not in closeness]
+            rows = [(slot, row) for slot, row in rows if row >= 0]
+            if rows:
+                sims = self.vectors.matrix[[row for _, row in rows]] @ query
+                closeness.update((slot, float(sim)) for (slot, _), sim in zip(rows, sims, strict=True))
+        fused = fuse(evidence, closeness, meaning=self.vectors is not None)
         proposed = []
         for slot, score in fused.items():
             key = self._key(slot)
             if key is not None:
-                proposed.append(Hit(*key, score=min(SCORE_SCALE, round(score / best * SCORE_SCALE))))
+                proposed.append(Hit(*key, score=score))
         proposed.sort(key=lambda h: (-h.score, h.ref))
         return proposed
 
@@ -490,8 +523,8 @@ class SearchIndex:
             )
         return filters
 
-    def _closest(self, text: str, where: Proposal) -> list[tuple[int, float]]:
-        """Slots of the versions closest in meaning to `text` among those the cheap pre-filters
+    def _closest(self, query: Any, where: Proposal) -> list[tuple[int, float]]:
+        """Slots of the versions closest in meaning to `query` (a unit vector) among those the cheap pre-filters
         admit (visibility, latest marker, tenant, side effect), at most MEANING_DEPTH, closest first,
         with their cosine similarity."""
         vectors, embedder = self.vectors, self.embedder
@@ -499,7 +532,6 @@ class SearchIndex:
         n = vectors.size
         if n == 0:
             return []
-        query = embedder.embed([text])[0]
         similarity = vectors.matrix[:n] @ query
         # The pre-filters are checked on the closest rows first (a few times the depth): most
         # questions keep enough of them, and then no per-row mask of the whole matrix is built.

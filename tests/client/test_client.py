@@ -522,7 +522,7 @@ async def test_offers_sync_and_async(server, mint, tenant):
         answer = router.offers(f"look up an invocie {tenant}", limit=3, ticket={"scopes": ["invoice:read"], "ttl": 60})
         first = answer.offers[0]
         assert first.ref == f"{tenant}/billing-agent/invoice.lookup@2.0.0" and first.instance.instance_id == "i-1"
-        assert first.instance.load == 0.4 and 0 <= first.score <= 1 and first.why.relevance == 1.0
+        assert first.instance.load == 0.4 and 0 <= first.score <= 1 and 0 < first.why.relevance <= 1
         assert isinstance(first.ticket, Ticket) and first.ticket.scopes == ["invoice:read"]
         assert answer.excluded.scope >= 1  # invoice.mark-paid needs invoice:write
         by_skill = router.offers(skill="invoice.lookup", limit=20)

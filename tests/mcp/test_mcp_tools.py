@@ -45,7 +45,7 @@ async def test_tools_anonymous_and_with_tokens(client, mint, tenant):
     assert not [
         i
         for i in (await call(client, "search_capabilities", private))["structuredContent"]["items"]
-        if i["tenant"] == tenant
+        if i["tenant"] == tenant and i["agentId"] != "docs-agent"  # public, and may be found by meaning
     ]
     reader = mint(tenant, "router", "registry:read invoice:read invoice:list")
     mine = (await call(client, "search_capabilities", private, reader))["structuredContent"]["items"]

@@ -285,49 +285,6 @@ async def test_an_event_of_two_tenants_is_one_entry_in_each_chain_in_one_transac
     assert len({(r["event_id"], r["at"], r["type"], r["ref"]) for r in rows}) == 1
 
 
-async def test_batches_that_share_new_search_words_in_crossed_order_do_not_deadlock(db):
-    """Two replicas' batches publish the same new words: A's first write has "c", its second "b"
-    (after a pause in which B runs); B's write has both. When each write added its words at once,
-    A held "c" and wanted "b" while B held "b" and wanted "c": PostgreSQL killed one batch and the
-    request in it answered 500 (seen in the bench). Words now go in once per batch, sorted."""
-    suffix = secrets.token_hex(4).translate(str.maketrans("0123456789", "ghijklmnop"))
-    b_word, c_word = f"bword{suffix}", f"cword{suffix}"
-    replica_a, replica_b = GroupCommit(db, max_batch=64), GroupCommit(db, max_batch=64)
-    replica_a.start()
-    replica_b.start()
-
-    def indexing(text: str, *, pause: float = 0.0):
-        async def write(scope):
-            await scope.conn.execute("SELECT 1")  # the write's own round trip, as a real one has
-            if pause:
-                await asyncio.sleep(pause)
-            scope.index_words(text)
-            return text
-
-        return write
-
-    async def b_after_a_began():
-        await asyncio.sleep(0.05)
-        return await replica_b.run(indexing(f"{b_word} {c_word}"))
-
-    try:
-        results = await asyncio.wait_for(
-            asyncio.gather(
-                replica_a.run(indexing(c_word)),
-                replica_a.run(indexing(b_word, pause=0.3)),
-                b_after_a_began(),
-                return_exceptions=True,
-            ),
-            timeout=20,
-        )
-    finally:
-        await replica_a.stop()
-        await replica_b.stop()
-    assert results == [c_word, b_word, f"{b_word} {c_word}"]
-    rows = await db.fetch("SELECT word FROM search_words WHERE word = ANY($1::text[])", [b_word, c_word])
-    assert sorted(r["word"] for r in rows) == [b_word, c_word]
-
-
 async def test_a_write_alone_that_is_a_deadlock_victim_is_run_again(probe_table, writes, db):
     """PostgreSQL rolls a deadlock's victim back whole and lets the other transaction go on: the
     victim's write, run again, succeeds. It answered 500 when it was alone in its batch."""
