@@ -439,7 +439,6 @@ async def explain_plans(dsn: str) -> dict[str, str]:
 
     from db import capabilities
     from db.pool import create_pool
-    from registry.discovery import ranking
 
     class Explaining:
         def __init__(self, pool, run: bool = False):
@@ -461,21 +460,32 @@ async def explain_plans(dsn: str) -> dict[str, str]:
             conn = Explaining(pool)
             await capabilities.discover(conn, **kwargs, now=dt.datetime.now(dt.UTC))
             plans[title] = conn.plan
-        # With q, discovery is ranked search (registry.discovery.ranking; every shape: python -m bench.search_plans).
+        # With q, discovery is ranked search: the engine proposes, the database checks its
+        # candidates (registry.discovery.ranking; the costs at 400,000 versions: python -m bench.search_cost).
+        from db import ranked_search, search_index
+        from registry.search.engine import Proposal, SearchIndex
+        from registry.search.index_sync import document
+
+        engine = SearchIndex()
+        async with pool.acquire() as raw:
+            await search_index.snapshot(raw, lambda rows: engine.replace((), [document(r) for r in rows]))
+        hits = engine.propose(["invoice"], Proposal(viewer=None, tags=("finance",), side_effect_max=1))
         conn = Explaining(pool, run=True)
-        await ranking.rank(
-            conn,
-            None,
-            "invoice",
-            ranking.SearchFilters(tags=("finance",), side_effect_max=1),
-            limit=51,
-            now=dt.datetime.now(dt.UTC),
+        await ranked_search.checked_page(
+            conn, hits[:83], viewer_tenant=None, tags=["finance"], side_effect_max=1, now=dt.datetime.now(dt.UTC)
         )
         plans["filtered (q + tag + sideEffectMax)"] = conn.plan
         # ARD (docs/api.md#ard): search by relevance, explore's facets, the list in identifier order.
         from db import ard
 
-        invoice = ard.TextMatch(any_query="( invoice )", word_queries=["invoice"], head_queries=["invoice:AB"])
+        latest = await ranked_search.latest_hits(
+            pool, engine.propose(["invoice"], Proposal(viewer=None)), now=dt.datetime.now(dt.UTC)
+        )
+        invoice = ard.TextMatch(
+            tenants=[r["tenant"] for r in latest],
+            agents=[r["agent_id"] for r in latest],
+            scores=[r["score"] for r in latest],
+        )
         conn = Explaining(pool)
         await ard.ranked_page(
             conn,

@@ -106,7 +106,9 @@ async def checked_page(
     return await conn.fetch(sql, *params)
 
 
-async def latest_hits(conn: asyncpg.Connection, hits: Sequence[Candidate], *, now: datetime) -> list[asyncpg.Record]:
+async def latest_hits(
+    conn: asyncpg.Connection | asyncpg.Pool, hits: Sequence[Candidate], *, now: datetime
+) -> list[asyncpg.Record]:
     """Of the candidates, those that are the latest version in force of their skill at `now`:
     (tenant, agent_id, score), in the order of `hits` (ARD's matched set: db.ard.matched_ctes)."""
     params: list[Any] = []
