@@ -142,18 +142,6 @@ def fuse(evidence: dict[int, float], closeness: dict[int, float], *, meaning: bo
     return fused
 
 
-def _whole_ties(ranked: list[Any], depth: int) -> list[Any]:
-    """A list cut at `depth` (pairs, score first, best first) without the group of equal scores
-    that the cut went through, unless that group is all there is: which of several equal records
-    made the cut is arbitrary, and equal records must score alike (one of them must not outrank
-    its twin because a partition happened to keep it)."""
-    if len(ranked) < depth:
-        return ranked
-    last = ranked[-1][0]
-    kept = [pair for pair in ranked if pair[0] != last]
-    return kept or ranked
-
-
 def document_audiences(d: Document) -> list[str]:
     """Who may be proposed `d`, as terms: "*" (anyone: public), "t:T" (its tenant T), "s:V" (a
     viewer V it is shared with), each under "A" (any version) and, for a version the latest
@@ -428,9 +416,7 @@ class SearchIndex:
         terms = self.terms(words)
         evidence: dict[int, float] = {}  # slot -> BM25
         if terms:
-            hits = _whole_ties(
-                searcher.search(self._word_query(searcher, terms, where), WORD_DEPTH, count=False).hits, WORD_DEPTH
-            )
+            hits = searcher.search(self._word_query(searcher, terms, where), WORD_DEPTH, count=False).hits
             slots = searcher.fast_field_values("slot", [address for _, address in hits])
             for (score, _), value in zip(hits, slots, strict=True):
                 if value is not None:
@@ -439,7 +425,7 @@ class SearchIndex:
         meaning = " ".join(w for w in words if self.embedder is not None and self.embedder.known(w))
         if self.vectors is not None and self.embedder is not None and meaning:
             query = self.embedder.embed([meaning])[0]
-            for sim, slot in _whole_ties([(sim, slot) for slot, sim in self._closest(query, where)], MEANING_DEPTH):
+            for slot, sim in self._closest(query, where):
                 if sim >= MEANING_FLOOR:  # proposed for its meaning alone
                     closeness[slot] = sim
             # The words' candidates are scored for meaning too: a dot product each.
