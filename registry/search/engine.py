@@ -3,13 +3,13 @@ process of every capability version's words, and optionally of its meaning, that
 candidates for a query in bounded work. It never decides what a caller may see: the database checks
 every candidate against the rules that decide it (db.ranked_search.checked_page).
 
-- Words: tantivy (BM25 per field, an English stemmer and stop words, top-k retrieval with
-  block-max WAND), with fields weighted by evidence: the skill's id and name most, then tags and
-  examples, then its description, then its agent's name and description. A query word of 5 or more
-  letters that no record holds also matches records one typing error away (a fuzzy term: a
-  Levenshtein automaton over the term dictionary, transpositions counting one).
+- Words: tantivy (BM25, an English stemmer and stop words, top-k retrieval with block-max WAND)
+  over the whole record, plus evidence from its id and name, tags and examples, and a little from
+  its agent's name and description (FIELD_BOOSTS). A query word of 5 or more letters that no record
+  holds also matches records one typing error away (a fuzzy term: a Levenshtein automaton over the
+  term dictionary, transpositions counting one).
 - Meaning: a unit vector per version (registry.search.embeddings), the closest ones found by exact
-  dot products over a matrix, above a similarity floor.
+  dot products over a matrix; one the words did not find must be close enough on its own.
 - Fusion (`fuse`): a convex combination of the words' BM25 (relative to the best candidate's) and
   the cosine similarity, over the candidates of both lists, each cut at a fixed depth, so a
   version's score does not depend on the page asked for; the score is an integer in [0, SCORE_SCALE].
@@ -41,16 +41,15 @@ MEANING_DEPTH = 200
 MEANING_SHORTLIST = 4
 # Rows below this similarity are left out of the shortlist's partition when enough are above it.
 SHORTLIST_FLOOR = 0.3
-# Below this cosine similarity a version is not proposed for its meaning alone, though its rank
-# still counts towards a version the words found (unit vectors: unrelated texts score about
-# 0-0.3 with the default model; a paraphrase 0.5 and more).
+# Below this cosine similarity a version is not proposed for its meaning alone, though its
+# similarity still counts towards a version the words found (unit vectors: unrelated texts score
+# about 0-0.3 with the default model; a paraphrase 0.5 and more).
 MEANING_FLOOR = 0.45
 # Fusion (`fuse`): the words' share of a score; the rest is closeness in meaning.
 WORD_SHARE = 0.7
 # Scores are integers: the fused score in [0, 1] times this.
 SCORE_SCALE = 1_000_000
-# Field weights (boosts of each field's BM25).
-# `all` is the record's whole text (id, name, tags, description) under one length norm: textbook BM25.
+# Field weights (boosts of each field's BM25): `all` is the record's whole text (id, name, tags, description) under one length norm: textbook BM25.
 # The head fields add evidence on top of it (a word in the id or name counts in both), the agent's
 # name and description a little (they describe every skill of the agent alike).
 FIELD_BOOSTS = {"all": 1.0, "name": 0.5, "tags": 0.5, "examples": 0.5, "agent": 0.2}
@@ -62,6 +61,8 @@ WORD_MAX_CHARS = 40
 # One typing error is tolerated in words of this many characters or more (shorter ones are too
 # ambiguous), when no record holds the word itself.
 FUZZY_MIN_CHARS = 5
+# Words of one query corrected at most (each is an automaton walk of the term dictionary).
+FUZZY_WORDS_MAX = 4
 # The examples of a version that are indexed, and each one's characters (registration caps bound them too).
 EXAMPLES_MAX, EXAMPLE_CHARS_MAX = 16, 512
 
@@ -270,8 +271,10 @@ class _Vectors:
 class SearchIndex:
     """The engine: `replace` keeps it current (whole agents at a time), `propose` answers queries.
 
-    Writes happen on one task (registry.search.index_sync); `propose` may run on worker threads
-    meanwhile: it reads one searcher (a consistent snapshot) and the vector arrays as they were."""
+    Writes happen on one task at a time (registry.search.index_sync); `propose` may run on worker
+    threads meanwhile: it reads one searcher (a consistent snapshot) and the vector arrays as they
+    are. A slot freed and reused by a write during a query can make that one query propose the new
+    version in the old one's place: harmless, because the database checks every candidate."""
 
     def __init__(self, embedder: Embedder | None = None) -> None:
         self.schema = _schema()
@@ -450,6 +453,7 @@ class SearchIndex:
         zero-scored clause."""
         schema = self.schema
         should: list[tuple[tantivy.Occur, tantivy.Query]] = []
+        corrections = 0
         for term, word in terms:
             known = False
             for field, boost in FIELD_BOOSTS.items():
@@ -457,7 +461,8 @@ class SearchIndex:
                     known = True
                     clause = tantivy.Query.term_query(schema, field, term)
                     should.append((tantivy.Occur.Should, tantivy.Query.boost_query(clause, boost)))
-            if not known and len(word) >= FUZZY_MIN_CHARS:
+            if not known and len(word) >= FUZZY_MIN_CHARS and corrections < FUZZY_WORDS_MAX:
+                corrections += 1
                 # A word no record holds: records one typing error away, each match scored as a
                 # constant (a correction is weaker evidence than the word itself). Both the stem
                 # and the word as typed are tried: a typo can change the stem ("calender" stems to
