@@ -7,6 +7,8 @@ from typing import NamedTuple
 
 import asyncpg
 
+from db.changes import HEALTH_CHANGE_KIND
+
 AGENT_COLUMNS = (
     "a.tenant, a.agent_id, a.name, a.description, a.version, a.provider, a.visibility, a.shared_with, "
     "a.card, a.card_hash, a.created_at, a.updated_at, a.publisher_kid"
@@ -157,7 +159,7 @@ async def renew_leases(
             columns[2],
         )
         rows = await conn.fetch(
-            """WITH input AS (
+            f"""WITH input AS (
                    SELECT t.*, (x.instance_id IS NOT NULL) AS live
                      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::float8[])
                               AS t(tenant, agent_id, instance_id, url, ttl, load)
@@ -201,7 +203,7 @@ async def renew_leases(
                      FROM flipped f
                ), logged AS (
                    INSERT INTO changes (seq, kind, tenant, agent_id, ref, at)
-                   SELECT n.seq, 'agent.health', n.tenant, n.agent_id, n.tenant || '/' || n.agent_id, now()
+                   SELECT n.seq, '{HEALTH_CHANGE_KIND}', n.tenant, n.agent_id, n.tenant || '/' || n.agent_id, now()
                      FROM numbered n WHERE n.seq IS NOT NULL
                    RETURNING seq, tenant, agent_id
                ), notified AS (

@@ -12,6 +12,8 @@ CHANGE_CHANNEL = "capreg_changes"
 # A change to a candidate version (published as one, or retired while one): it moves the sequence,
 # so caches drop, but the feed never shows it (docs/api.md#the-replay-gate).
 CANDIDATE_CHANGE_KIND = "version.candidate"
+# An agent came alive (db.agents.renew_leases): caches drop; nothing it publishes changed.
+HEALTH_CHANGE_KIND = "agent.health"
 
 # Called with the new seq by record_change, before the write commits: this process's caches stop
 # serving at once (read-your-writes), without waiting for the NOTIFY to come back.

@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 import asyncpg
 
+from db.changes import HEALTH_CHANGE_KIND
+
 # One row per version: what the engine indexes (text and the facts it may pre-filter on). The
 # database stays the judge of every rule; these only let the engine propose likely candidates.
 _DOC_COLUMNS = """c.tenant, c.agent_id, c.skill_id, c.version, c.name, c.description, c.tags, c.examples,
@@ -32,11 +34,16 @@ async def snapshot(
     return seq
 
 
+# Changes that alter nothing the engine indexes: an agent's health (one each time an agent comes alive).
+NOT_INDEXED_KINDS = (HEALTH_CHANGE_KIND,)
+
+
 async def changed_agents(conn: asyncpg.Connection, after: int, *, limit: int) -> list[asyncpg.Record]:
-    """The (seq, tenant, agent_id) of committed changes after `after`, in order, at most `limit`.
-    Sequence numbers become visible in order (db.changes.record_changes), so this is a prefix."""
+    """The (seq, kind, tenant, agent_id) of committed changes after `after`, in order, at most
+    `limit`. Sequence numbers become visible in order (db.changes.record_changes), so this is a
+    prefix."""
     return await conn.fetch(
-        "SELECT seq, tenant, agent_id FROM changes WHERE seq > $1 ORDER BY seq LIMIT $2", after, limit
+        "SELECT seq, kind, tenant, agent_id FROM changes WHERE seq > $1 ORDER BY seq LIMIT $2", after, limit
     )
 
 

@@ -117,10 +117,17 @@ class SearchService:
                     changes = await index_queries.changed_agents(conn, self.seq, limit=CHANGES_PER_READ)
                     if not changes:
                         return
-                    agents = list(dict.fromkeys((c["tenant"], c["agent_id"]) for c in changes))
-                    # Read after the changes, so each agent's rows are at least as new as its changes.
-                    rows = await index_queries.agent_documents(conn, agents)
-                    await asyncio.to_thread(self.index.replace, agents, [document(r) for r in rows])
+                    agents = list(
+                        dict.fromkeys(
+                            (c["tenant"], c["agent_id"])
+                            for c in changes
+                            if c["kind"] not in index_queries.NOT_INDEXED_KINDS
+                        )
+                    )
+                    if agents:
+                        # Read after the changes, so each agent's rows are at least as new as its changes.
+                        rows = await index_queries.agent_documents(conn, agents)
+                        await asyncio.to_thread(self.index.replace, agents, [document(r) for r in rows])
                     self.seq = changes[-1]["seq"]
                     if len(changes) < CHANGES_PER_READ:
                         return
