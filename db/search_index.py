@@ -38,7 +38,7 @@ async def snapshot(
 NOT_INDEXED_KINDS = (HEALTH_CHANGE_KIND,)
 
 
-async def changed_agents(conn: asyncpg.Connection, after: int, *, limit: int) -> list[asyncpg.Record]:
+async def changed_agents(conn: asyncpg.Connection | asyncpg.Pool, after: int, *, limit: int) -> list[asyncpg.Record]:
     """The (seq, kind, tenant, agent_id) of committed changes after `after`, in order, at most
     `limit`. Sequence numbers become visible in order (db.changes.record_changes), so this is a
     prefix."""
@@ -47,7 +47,9 @@ async def changed_agents(conn: asyncpg.Connection, after: int, *, limit: int) ->
     )
 
 
-async def agent_documents(conn: asyncpg.Connection, agents: list[tuple[str, str]]) -> list[asyncpg.Record]:
+async def agent_documents(
+    conn: asyncpg.Connection | asyncpg.Pool, agents: list[tuple[str, str]]
+) -> list[asyncpg.Record]:
     """The documents of every version of `agents` (tenant, agent_id) as they are now."""
     return await conn.fetch(
         f"""SELECT {_DOC_COLUMNS}

@@ -357,7 +357,7 @@ async def text_match(
     words = ranking.query_words(text)
     if not words:
         return None
-    hits = await ranking.propose(registry.search, text, ranking.Proposal(viewer=viewer, latest_only=True))
+    hits = await ranking.propose(conn, registry.search, text, ranking.Proposal(viewer=viewer, latest_only=True))
     best: dict[tuple[str, str], int] = {}
     for row in await ranked_queries.latest_hits(conn, hits, now=now) if hits else []:
         key = (row["tenant"], row["agent_id"])

@@ -103,12 +103,13 @@ def proposal(viewer: str | None, filters: SearchFilters) -> Proposal:
     )
 
 
-async def propose(search: SearchService, q: str, where: Proposal) -> list[Hit]:
-    """The engine's candidates for `q`, best first; none when no word of `q` counts."""
+async def propose(conn: asyncpg.Connection | asyncpg.Pool, search: SearchService, q: str, where: Proposal) -> list[Hit]:
+    """The engine's candidates for `q`, best first; none when no word of `q` counts. `conn` is the
+    caller's: a catch-up with the change feed reads through it."""
     words = query_words(q)
     if not words:
         return []
-    return await search.propose(words, where)
+    return await search.propose(conn, words, where)
 
 
 async def rank(
@@ -124,7 +125,7 @@ async def rank(
 ) -> list[Ranked]:
     """At most `limit` capabilities visible to `viewer` (registry.discovery.service.viewer_tenant) matching
     `q`, best first, after `after`, as in force at `now`. A query with no word that counts matches nothing."""
-    hits = await propose(search, q, proposal(viewer, filters))
+    hits = await propose(conn, search, q, proposal(viewer, filters))
     if after is not None:
         hits = [h for h in hits if h.score < after.score or (h.score == after.score and h.ref > after.ref)]
     found: list[Ranked] = []

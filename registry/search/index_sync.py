@@ -20,6 +20,7 @@ import asyncpg
 import msgspec
 
 from db import search_index as index_queries
+from db.pool import connect
 from registry.core.change_watcher import ChangeWatcher
 from registry.search.embeddings import Embedder
 from registry.search.engine import Document, Hit, Proposal, SearchIndex
@@ -97,43 +98,61 @@ class SearchService:
                 await self._task
 
     async def _follow(self) -> None:
-        while True:
-            await self.watcher.wait(FOLLOW_INTERVAL)
-            try:
-                await self.catch_up()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # keep following; the next change or poll retries
-                log.warning("search index catch-up failed: %r", exc)
-                await asyncio.sleep(FOLLOW_INTERVAL)
+        """Catch up after every change the watcher hears of, or every FOLLOW_INTERVAL, on a
+        connection of its own: requests hold pool connections while they wait for a catch-up in
+        progress, so the catch-up must never wait for one of theirs."""
+        conn: asyncpg.Connection | None = None
+        try:
+            while True:
+                await self.watcher.wait(FOLLOW_INTERVAL)
+                try:
+                    if conn is None or conn.is_closed():
+                        conn = await connect(self.watcher.dsn)
+                    await self.catch_up(conn)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # keep following; the next change or poll retries
+                    log.warning("search index catch-up failed: %r", exc)
+                    if conn is not None:
+                        with contextlib.suppress(Exception):
+                            await conn.close()
+                    conn = None
+                    await asyncio.sleep(FOLLOW_INTERVAL)
+        finally:
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await conn.close()
 
-    async def catch_up(self) -> None:
-        """Apply every committed change after the engine's sequence (whole agents re-read)."""
+    async def catch_up(self, conn: asyncpg.Connection | asyncpg.Pool) -> None:
+        """Apply every committed change after the engine's sequence (whole agents re-read), reading
+        through `conn`: the caller's own connection, never a second one from the pool."""
         if self.seq >= self.watcher.seq and self.watcher.listening:
             return
         async with self._catching_up:
-            async with self.pool.acquire() as conn:
-                while True:
-                    changes = await index_queries.changed_agents(conn, self.seq, limit=CHANGES_PER_READ)
-                    if not changes:
-                        return
-                    agents = list(
-                        dict.fromkeys(
-                            (c["tenant"], c["agent_id"])
-                            for c in changes
-                            if c["kind"] not in index_queries.NOT_INDEXED_KINDS
-                        )
+            while True:
+                changes = await index_queries.changed_agents(conn, self.seq, limit=CHANGES_PER_READ)
+                if not changes:
+                    return
+                agents = list(
+                    dict.fromkeys(
+                        (c["tenant"], c["agent_id"])
+                        for c in changes
+                        if c["kind"] not in index_queries.NOT_INDEXED_KINDS
                     )
-                    if agents:
-                        # Read after the changes, so each agent's rows are at least as new as its changes.
-                        rows = await index_queries.agent_documents(conn, agents)
-                        await asyncio.to_thread(self.index.replace, agents, [document(r) for r in rows])
-                    self.seq = changes[-1]["seq"]
-                    if len(changes) < CHANGES_PER_READ:
-                        return
+                )
+                if agents:
+                    # Read after the changes, so each agent's rows are at least as new as its changes.
+                    rows = await index_queries.agent_documents(conn, agents)
+                    await asyncio.to_thread(self.index.replace, agents, [document(r) for r in rows])
+                self.seq = changes[-1]["seq"]
+                if len(changes) < CHANGES_PER_READ:
+                    return
 
-    async def propose(self, words: Sequence[str], where: Proposal) -> list[Hit]:
-        """The engine's candidates, after catching up with any change this process knows of."""
+    async def propose(
+        self, conn: asyncpg.Connection | asyncpg.Pool, words: Sequence[str], where: Proposal
+    ) -> list[Hit]:
+        """The engine's candidates, after catching up (through `conn`) with any change this process
+        knows of and the engine has not applied (read your writes)."""
         if self.seq < self.watcher.seq:
-            await self.catch_up()
+            await self.catch_up(conn)
         return await asyncio.to_thread(self.index.propose, words, where)

@@ -53,3 +53,17 @@ async def test_a_replica_builds_from_postgresql_and_follows_the_change_feed(clie
         reader = mint(tenant, "reader", "registry:read")
         owner_view = await replica_client.get("/v1/capabilities", params={"tenant": tenant, "q": word}, headers=reader)
         assert sorted(i["id"] for i in owner_view.json()["items"]) == ["herd.count", "herd.feed"]
+
+
+async def test_ranked_requests_that_fill_the_pool_never_wait_on_each_other(client, mint, tenant, settings):
+    """A request that finds the engine behind catches it up through its own connection: with every
+    pool connection held by ranked requests and the engine behind, all of them still answer (before,
+    each waited for a second connection that the others held: a deadlock)."""
+    import msgspec
+
+    word = "yak" + secrets.token_hex(3)
+    await publish(client, mint, tenant, {"yaks": agent(skill("yak.shave", "Shave a yak", f"shaves {word}"))})
+    async with running_app(msgspec.structs.replace(settings, pool_min=1, pool_max=2)) as (replica, replica_client):
+        replica.state.registry.search.seq = 0  # behind: every change is still to apply
+        answers = await asyncio.gather(*(anonymous_ids(replica_client, tenant, f"{word} {i}") for i in range(12)))
+        assert all(ids == ["yak.shave"] for ids in answers)
