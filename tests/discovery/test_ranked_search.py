@@ -148,6 +148,12 @@ HOSTILE = [
     "日本語 invoice",
     "½ ² ⅷ",
     "\u0000",
+    "AND OR NOT",
+    "invoice~2 refund^3",
+    '"look up" +invoice -refund',
+    "title:invoice",
+    "发送消息 to 团队",
+    "a" * 250 + " " + "b" * 250,
 ]
 
 
