@@ -130,3 +130,18 @@ def test_the_check_sees_a_namespace_package_and_skips_guarded_imports():
         "import a.b\nfrom c.d import e\ndef f():\n    try:\n        import g\n    except ImportError:\n        import h\n"
     )
     assert imported_modules(tree) == {"a.b", "c.d", "h"}
+
+
+def test_constraints_pin_every_declared_dependency_exactly():
+    """constraints.txt (README, Contributing) is what CI installs: a dependency added to pyproject.toml
+    without rerunning .ci/update-constraints would resolve afresh on every run, unpinned."""
+    lines = [line for line in (ROOT / "constraints.txt").read_text().splitlines() if line and not line.startswith("#")]
+    pins = {}
+    for line in lines:
+        match = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!-]+)", line)
+        assert match, f"not an exact pin: {line!r}"
+        pins[normalized(match.group(1))] = match.group(2)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = declared(project["dependencies"]).union(*map(declared, project["optional-dependencies"].values()))
+    missing = sorted(wanted - set(pins))
+    assert not missing, f"declared but not in constraints.txt (run .ci/update-constraints): {missing}"
