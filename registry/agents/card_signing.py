@@ -3,12 +3,15 @@
 A served card (public or extended) carries one entry in `signatures`: a JWS by capreg's current
 key (`alg` EdDSA, `kid`, `jku` the registry's JWKS URL, payload detached) over the RFC 8785 form
 of the card without `signatures`. That form is the one a2a-sdk's `create_signature_verifier`
-recomputes, made from a2a-sdk's own pieces in its own order (`canonical_card`): the card read as
-the `AgentCard` proto message, written back as JSON, `signatures` dropped, empty values removed
-(the SDK's `_clean_empty`), canonicalized by the SDK's RFC 8785 implementation. Only the SDK's
-spec-compliance walk is left out: it only logs, and costs 4 times the rest on a card with
-schemas. tests/agents/test_signed_cards.py checks byte equality with the SDK's own canonicalization and
-verification with its verifier.
+recomputes, built here in the SDK's order from public pieces only (`canonical_card`): the card read
+as the `AgentCard` proto message (a2a.types, protobuf's json_format), written back as JSON,
+`signatures` dropped, empty values removed (`without_empty_values`: the SDK's rule, written out here
+because the SDK keeps its own private), canonicalized by the `rfc8785` package. Private names of
+another package are never imported: a rename upstream would stop `capreg serve` from starting
+(registry.state imports this module). The SDK's spec-compliance walk is left out: it only logs, and
+costs 4 times the rest on a card with schemas. tests/agents/test_signed_cards.py checks byte
+equality with the SDK's own canonicalization over generated cards and verification with its
+verifier, so an upstream change of the canonical form turns a test red, not a signature invalid.
 
 Signing costs a proto parse, a canonicalization and an Ed25519 signature; a card version is
 signed once per process and signing key (`CardSignatures`, keyed by the card's bytes), so the
@@ -24,9 +27,8 @@ from collections import OrderedDict
 from typing import Any
 
 import msgspec
+import rfc8785
 from a2a.types import AgentCard
-from a2a.utils._jcs import CanonicalizationError, canonicalize
-from a2a.utils.signing import _clean_empty
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from jwt import api_jws
 
@@ -40,6 +42,11 @@ DEFAULT_MAX_ENTRIES = 4096
 # Cards up to this size (encoded) are canonicalized inline (a few milliseconds); larger ones in a
 # worker process.
 INLINE_CARD_BYTES = 64 * 1024
+# Deepest nesting of objects and arrays a card may have (the outermost object at 1): a2a-sdk's
+# verifier refuses deeper cards (its MAX_DEPTH), so signing one would only produce a signature no
+# client can check; and the bound keeps the recursive passes below off the interpreter's stack limit
+# (`AgentExtension.params` is a Struct, nested as deep as a registrant likes).
+MAX_CARD_DEPTH = 128
 
 _encoder = msgspec.json.Encoder()
 
@@ -53,6 +60,26 @@ def jwks_url(registry_url: str) -> str:
     return registry_url.rstrip("/") + JWKS_PATH
 
 
+def without_empty_values(value: Any, depth: int = 1) -> Any:
+    """`value` with empty values removed at every level, or None when it is itself empty: the rule
+    a2a-sdk's verifier applies before canonicalizing. Empty means "", [], {}, null, or a list or
+    object left empty once its own empty values are gone; false and 0 are kept. Raises
+    CardNotCanonical past MAX_CARD_DEPTH."""
+    if isinstance(value, dict | list) and depth > MAX_CARD_DEPTH:
+        raise CardNotCanonical(f"nesting exceeds the maximum depth of {MAX_CARD_DEPTH}")
+    if isinstance(value, dict):
+        kept = {
+            key: clean for key, item in value.items() if (clean := without_empty_values(item, depth + 1)) is not None
+        }
+        return kept or None
+    if isinstance(value, list):
+        items = [clean for item in value if (clean := without_empty_values(item, depth + 1)) is not None]
+        return items or None
+    if isinstance(value, str) and not value:
+        return None
+    return value
+
+
 def canonical_card(card: dict[str, Any]) -> bytes:
     """The bytes an A2A card signature covers, as a2a-sdk's verifier computes them (module
     docstring); raises CardNotCanonical. Pure CPU."""
@@ -60,8 +87,8 @@ def canonical_card(card: dict[str, Any]) -> bytes:
         message = ParseDict(card, AgentCard())
         as_json = MessageToDict(message)
         as_json.pop("signatures", None)
-        return canonicalize(_clean_empty(as_json)).encode("utf-8")
-    except (ParseError, CanonicalizationError, TypeError, ValueError, RecursionError) as exc:
+        return rfc8785.dumps(without_empty_values(as_json))
+    except (ParseError, rfc8785.CanonicalizationError, TypeError, ValueError, RecursionError) as exc:
         raise CardNotCanonical(str(exc)[:300] or type(exc).__name__) from None
 
 

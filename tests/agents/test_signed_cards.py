@@ -15,7 +15,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from jwt import PyJWK
 
-from registry.agents.card_signing import canonical_card
+from registry.agents.card_signing import MAX_CARD_DEPTH, CardNotCanonical, canonical_card, without_empty_values
 from registry.config import registry_url
 from registry.core.signing_keys import rotate_key
 from tests.conftest import example
@@ -178,6 +178,48 @@ def test_canonical_card_is_the_sdks(name, params, tags):
         "skills": [{"id": "s", "name": "S", "description": "", "tags": tags}],
     }
     assert canonical_card(card) == _canonicalize_agent_card(ParseDict(card, AgentCard())).encode()
+
+
+# capreg builds the canonical form from public pieces (rfc8785 and its own empty-value rule); the
+# oracle here is a2a-sdk's private `_canonicalize_agent_card`, imported by this test only, so an
+# upstream change of the form turns this red instead of making served signatures fail to verify.
+# The values where the two could part: empties at every level, JCS number forms at the edges of
+# ECMAScript's exponent window, and keys whose UTF-16 order differs from their code-point order.
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"empty": "", "nothing": None, "no_list": [], "no_object": {}, "kept": [False, 0, 0.0, "x"]},
+        {"nested": {"a": [[], {}, None, ""], "b": {"c": {"d": ""}}}},
+        {"numbers": [1e21, 1e20, 1e-7, 1e-6, -0.0, 5e-324, 1.7976931348623157e308, 123456789.125, -2.5e-10]},
+        {"\U0001f600": 1, "\uffff": 2, "a": 3, "\u00e9": 4, "": 5},
+        {"escapes": '\u0000\u001f"\\\u007f\u2028 é 😀'},
+    ],
+    ids=["empties", "nested-empties", "numbers", "utf16-key-order", "escapes"],
+)
+def test_canonical_card_is_the_sdks_at_the_edges(params):
+    card = {
+        "name": "n",
+        "description": "",
+        "version": "1.0.0",
+        "supportedInterfaces": [
+            {"url": "https://r.example/a", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}
+        ],
+        "capabilities": {"extensions": [{"uri": "https://x.example/ext", "params": params}]},
+        "skills": [{"id": "s", "name": "S", "description": "", "tags": ["", "t"]}],
+    }
+    assert canonical_card(card) == _canonicalize_agent_card(ParseDict(card, AgentCard())).encode()
+
+
+def test_a_card_nested_past_the_verifiers_depth_has_no_canonical_form():
+    deep: dict = {}
+    for _ in range(MAX_CARD_DEPTH + 5):
+        deep = {"d": deep or {"leaf": 1}}
+    card = {"name": "n", "version": "1", "capabilities": {"extensions": [{"uri": "u", "params": deep}]}}
+    with pytest.raises(CardNotCanonical):
+        canonical_card(card)
+    # The empty-value pass refuses on its own too (protobuf's parser may refuse first above).
+    with pytest.raises(CardNotCanonical):
+        without_empty_values(deep)
 
 
 async def test_client_agent_card_verifies_and_refuses_a_changed_card(client, billing):
