@@ -42,8 +42,9 @@ from registry.versions import replay_routes as replays
 from registry.versions import routes as versions
 from registry.web import api_docs
 from registry.web.observability import RequestMetrics, observability_middleware
+from registry.web.query_parameters import DeclaredQueries
 from registry.web.rate_limit import TokenBuckets, rate_limit_middleware
-from registry.web.request_guard import unstorable_guard, unstorable_screen
+from registry.web.request_guard import screen_guard, screens, unstorable_screen
 from registry.web.route_methods import answer_every_method
 
 log = logging.getLogger("capreg")
@@ -106,6 +107,11 @@ def create_app(settings: Settings | None = None) -> Litestar:
     async def serve_metrics() -> Response:
         return Response(generate_latest(exposition), media_type=CONTENT_TYPE_LATEST)
 
+    # Query parameters no route declares are refused before the handler (registry.web.query_parameters),
+    # after a value PostgreSQL cannot store (refused and audited); the names are learnt once the app is built.
+    declared_queries = DeclaredQueries()
+    screen = screens(unstorable_screen, declared_queries.screen)
+
     app = Litestar(
         # each operation's OpenAPI tag and security (registry.web.api_docs)
         route_handlers=api_docs.documented(
@@ -132,22 +138,22 @@ def create_app(settings: Settings | None = None) -> Litestar:
         middleware=[
             # trace and request ids, metrics, and the browser security headers (CSP, nosniff,
             # no referrer, no framing: registry/console/routes.py) in one layer; with no rate
-            # limiter, the unstorable-value screen too (in the same pass)
+            # limiter, the unstorable-value and unknown-query screens too (in the same pass)
             observability_middleware(
                 metrics,
                 extra_headers=console.browser_headers,
-                screen=None if settings.rate_limit > 0 else unstorable_screen,
+                screen=None if settings.rate_limit > 0 else screen,
             ),
             *(
                 [
-                    # before the screen, so a caller cannot use NUL requests to bypass its bucket
+                    # before the screens, so a caller cannot use refused requests to bypass its bucket
                     rate_limit_middleware(
                         TokenBuckets(
                             settings.rate_limit, settings.rate_burst or max(1, math.ceil(2 * settings.rate_limit))
                         ),
                         settings.trusted_proxies,
                     ),
-                    unstorable_guard,
+                    screen_guard(screen),
                 ]
                 if settings.rate_limit > 0
                 else []
@@ -166,5 +172,6 @@ def create_app(settings: Settings | None = None) -> Litestar:
         ),
         debug=False,
     )
+    declared_queries.learn(app)  # each route's query parameters, as litestar reads them
     answer_every_method(app)  # OPTIONS on a path served by two handlers lists both (registry.web.route_methods)
     return app

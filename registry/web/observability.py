@@ -151,7 +151,7 @@ def observability_middleware(
     X-Request-Id, add `extra_headers(path)` (the browser security headers) unless the response sets
     them itself, and time the request. `screen(scope)`, when given, is asked in the same pass before
     the app: None lets the request through, else the ASGI app it returns answers instead
-    (registry.web.request_guard.unstorable_screen)."""
+    (registry.web.request_guard.screens: unstorable values, unknown query parameters)."""
 
     def wrap(app: ASGIApp) -> ASGIApp:
         async def middleware(scope: Scope, receive: Receive, send: Send) -> None:

@@ -12,6 +12,7 @@ an integer is expected is 400 (litestar's own body parsing converts leniently).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import unquote_to_bytes
 
@@ -72,18 +73,35 @@ def unstorable_screen(scope: Scope) -> ASGIApp | None:
     return answer
 
 
-def unstorable_guard(app: ASGIApp) -> ASGIApp:
-    """ASGI middleware: a request whose path, query or headers hold an unstorable value never
-    reaches a handler (the same screen as a layer of its own, for when the rate limiter must run
-    before it)."""
+Screen = Callable[[Scope], ASGIApp | None]
 
-    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or (answer := unstorable_screen(scope)) is None:
-            await app(scope, receive, send)
-            return
-        await answer(scope, receive, send)
 
-    return middleware
+def screens(*each: Screen) -> Screen:
+    """One screen asking each of `each` in order: the first that answers, answers."""
+
+    def screen(scope: Scope) -> ASGIApp | None:
+        for one in each:
+            if (answer := one(scope)) is not None:
+                return answer
+        return None
+
+    return screen
+
+
+def screen_guard(screen: Screen) -> Callable[[ASGIApp], ASGIApp]:
+    """ASGI middleware: a request `screen` answers never reaches a handler (the screens as a layer
+    of their own, for when the rate limiter must run before them)."""
+
+    def wrap(app: ASGIApp) -> ASGIApp:
+        async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http" or (answer := screen(scope)) is None:
+                await app(scope, receive, send)
+                return
+            await answer(scope, receive, send)
+
+        return middleware
+
+    return wrap
 
 
 def decode_strict(raw: bytes, type_: type[T]) -> T:

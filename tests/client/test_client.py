@@ -539,3 +539,63 @@ async def test_offers_sync_and_async(server, mint, tenant):
         with pytest.raises(CapregError) as forbidden:
             no_read.offers("invoice")
         assert forbidden.value.status == 403 and forbidden.value.code == "insufficient_scope"
+
+
+def test_the_client_sends_only_query_parameters_the_server_declares():
+    """Every keyword of the listing calls set at once: each name it sends is one the OpenAPI document
+    declares for that operation (the server refuses any other, issue 37)."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    document = json.loads((ROOT / "openapi" / "openapi.json").read_text())
+    page = {"items": [], "nextCursor": None}
+    tool = {"type": "function", "function": {"name": "x", "parameters": {}}}
+    with StubServer() as stub:
+        for path in ("/v1/capabilities", "/v1/audit/grants", "/v1/audit/events"):
+            stub.script("GET", path, (200, {}, page))
+        stub.script("GET", "/v1/agents/", (200, {}, tool))
+        reg = Registry(stub.url, token="t")
+        request_closing(reg)
+        list(
+            reg.discover(
+                "invoice",
+                tag=["a", "b"],
+                skill="invoice.pay",
+                side_effect_max="none",
+                region="eu",
+                health="healthy",
+                agent="billing-agent",
+                tenant="acme",
+                status="active",
+                versions="all",
+                limit=5,
+            )
+        )
+        list(reg.grants(actor="acme/router", skill="invoice.pay", scope="invoice:read", active=False, limit=5))
+        list(
+            reg.audit_events(
+                type="ticket.denied",
+                actor="acme/router",
+                skill="invoice.pay",
+                scope="invoice:read",
+                since="2026-01-01T00:00:00Z",
+                until="2026-01-02T00:00:00Z",
+                limit=5,
+            )
+        )
+        reg.tool("acme/billing-agent/invoice.pay@1.0.0", "openai")
+        sent = [urlsplit(r["path"]) for r in stub.requests]
+    templates = {
+        "/v1/capabilities": "/v1/capabilities",
+        "/v1/audit/grants": "/v1/audit/grants",
+        "/v1/audit/events": "/v1/audit/events",
+        "/v1/agents/acme/billing-agent/skills/invoice.pay/versions/1.0.0/tool": (
+            "/v1/agents/{tenant}/{agent_id}/skills/{skill_id}/versions/{version}/tool"
+        ),
+    }
+    assert sorted({url.path for url in sent}) == sorted(templates)
+    for url in sent:
+        names = {name for name, _ in parse_qsl(url.query, keep_blank_values=True)}
+        declared = {
+            p["name"] for p in document["paths"][templates[url.path]]["get"]["parameters"] if p["in"] == "query"
+        }
+        assert names and names <= declared, (url.path, names - declared)
