@@ -40,6 +40,8 @@ class Settings(msgspec.Struct, kw_only=True):
     # itself listens on a loopback address.
     allow_loopback_urls: bool | None = None
     max_instances: int = 1000  # live instances per agent (docs/api.md#heartbeats)
+    # Agents one tenant may register (docs/security.md#round-4); 0: no bound.
+    max_agents_per_tenant: int = 100_000
     # Bytes all per-process response caches of one worker may hold together (registry.core.response_cache).
     cache_budget: int = 64 * 1024 * 1024
 
@@ -92,6 +94,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         display_name=(env.get("CAPREG_DISPLAY_NAME") or "capreg")[:200],
         allow_loopback_urls=_flag(env, "CAPREG_ALLOW_LOOPBACK_URLS"),
         max_instances=_number(env, "CAPREG_MAX_INSTANCES", 1000),
+        max_agents_per_tenant=_number(env, "CAPREG_MAX_AGENTS_PER_TENANT", 100_000),
         cache_budget=_number(env, "CAPREG_CACHE_BUDGET", 64 * 1024 * 1024),
     )
 

@@ -58,6 +58,12 @@ MAX_SKILLS = 128
 MAX_INTERFACES = 16
 MAX_MODES = 16
 MAX_SHARED_WITH = 256
+# What one agent holds across registrations (skills left out of a PUT are kept, so per-body caps alone
+# let it grow without end; docs/security.md#round-4): at most MAX_SKILLS skills with a version not
+# retired, and at most MAX_AGENT_CONTENT_BYTES of their shown content (skill_content_size, the
+# largest such version of each skill), so every answer built from one agent (view, card, ARD entry)
+# stays about that size.
+MAX_AGENT_CONTENT_BYTES = 2 * 1024 * 1024
 
 
 class Slo(Wire, forbid_unknown_fields=True):
