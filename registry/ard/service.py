@@ -28,7 +28,7 @@ from db.ard import A2A_CARD_TYPE, FACET_FIELDS, SIDE_EFFECT_NAMES, EntryFilter, 
 from registry.ard.names import Publishers, agent_urn, parse_agent_urn
 from registry.core.cursors import decode_cursor, encode_cursor
 from registry.core.problems import ErrorItem, ProblemError, invalid_request, not_found
-from registry.core.records import SIDE_EFFECT_ORDER
+from registry.core.records import MAX_FILTER_VALUES, SIDE_EFFECT_ORDER
 from registry.core.response_cache import DEFAULT_MAX_AGE, CachedResponse, etag_of, expiry
 from registry.core.wire import Wire
 from registry.discovery import ranking
@@ -48,7 +48,7 @@ REPRESENTATIVE_QUERIES = 5
 HEALTH_VALUES = ("healthy", "stale", "unknown")
 
 FilterValue = Annotated[str, msgspec.Meta(max_length=256)]
-FilterValues = FilterValue | Annotated[list[FilterValue], msgspec.Meta(max_length=100)]
+FilterValues = FilterValue | Annotated[list[FilterValue], msgspec.Meta(max_length=MAX_FILTER_VALUES)]
 
 
 class QueryModel(Wire, forbid_unknown_fields=True):
@@ -286,6 +286,8 @@ def list_filter(expression: str | None, publishers: Publishers) -> EntryFilter:
         values = tuple(v.strip() for v in value.split(",") if v.strip())
         if not values:
             raise _bad("filter", f"{field} needs at least one value")
+        if len(values) > MAX_FILTER_VALUES:  # as query.filter's lists of search and explore
+            raise _bad("filter", f"{field} takes at most {MAX_FILTER_VALUES} values, got {len(values)}")
         values_of[field] = values
     return EntryFilter(
         display_name=values_of.get("displayName"),

@@ -51,6 +51,11 @@ JsonSchema = dict[str, Any]
 # What one registration may put into public answers (docs/api.md#limits): every list a card or a
 # skill carries is bounded, so one registration cannot make a discovery item or a card huge.
 MAX_TAGS = 32
+# Values one filter of a list or search may name (ARD's `filter`, discovery's `tag`, offers' and MCP's
+# `tag`): each value is a match over every visible row, so their count bounds a request's work
+# (docs/security.md#round-4). Equal to MAX_TAGS: no capability carries more tags than an AND of
+# tags can ask for.
+MAX_FILTER_VALUES = MAX_TAGS
 MAX_SCOPES = 32
 MAX_REGIONS = 16
 MAX_EXAMPLES = 16

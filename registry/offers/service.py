@@ -30,7 +30,7 @@ from db import agents as agent_queries
 from db import capabilities as capability_queries
 from db.audit_events import AuditEvent
 from registry.core.problems import ErrorItem, ProblemError, invalid_request, problem_of
-from registry.core.records import SIDE_EFFECT_ORDER, SKILL_ID_MAX_LENGTH, agent_ref, capability_ref
+from registry.core.records import MAX_FILTER_VALUES, SIDE_EFFECT_ORDER, SKILL_ID_MAX_LENGTH, agent_ref, capability_ref
 from registry.core.response_cache import LEASES_MAX_AGE, CachedResponse, expiry
 from registry.core.tracing import current_request_id
 from registry.core.wire import Wire
@@ -75,7 +75,7 @@ class OfferRequest(Wire, forbid_unknown_fields=True):
         ]
         | None
     ) = None
-    tags: Annotated[list[Annotated[str, msgspec.Meta(max_length=128)]], msgspec.Meta(max_length=32)] = []
+    tags: Annotated[list[Annotated[str, msgspec.Meta(max_length=128)]], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []
     region: Annotated[str, msgspec.Meta(max_length=REGION_MAX_LENGTH)] | None = None
     side_effect_max: str | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT
