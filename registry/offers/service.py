@@ -343,7 +343,7 @@ async def _matches(registry: Registry, caller: Caller, body: OfferRequest, rank:
     """Matching capabilities the caller may see, latest per agent and skill, best first, as
     (row, score, relevance); and the change sequence and next effective moment read before them."""
     tags = tuple(body.tags) if body.tags else None
-    async with registry.pool.acquire() as conn:
+    async with registry.reads.connection() as conn:
         seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
         if body.need:
             filters = ranking.SearchFilters(skill=body.skill, tags=tags, side_effect_max=rank)
@@ -372,7 +372,9 @@ async def eligible(registry: Registry, caller: Caller, body: OfferRequest, rank:
     if entry is not None:
         return entry.extra
     now = datetime.now(UTC)
-    matches, seq, next_effective = await _matches(registry, caller, body, rank, now)
+    matches, seq, next_effective = await registry.reads.once(
+        key, registry.watcher.cache_seq(), lambda: _matches(registry, caller, body, rank, now)
+    )
     decided = decide_candidates(caller, matches, region=body.region, keep=KEEP)
     boundaries = [next_effective, *(row["lease_until"] for row, _, _ in matches)]
     expires = expiry(time.monotonic(), now, boundaries)
