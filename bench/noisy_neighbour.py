@@ -6,6 +6,13 @@ allowed schemas through validation and compatibility checks, the biggest discove
 alone and all together; and with the noisy tenant's auditor looping on `GET /v1/audit/chain` as well. Target: the quiet p99 with the
 neighbour within 3x of the p99 alone (docs/performance.md#noisy-neighbour).
 
+Issue 35's three stall routes are scenarios too, each sent anonymously (or as the noisy tenant) and
+worded differently every time so no cache answers: cold ranked queries (discovery, ARD search, MCP
+`search_capabilities`, offers), one-typo words, and ARD list filters at their most values. The quiet
+tenant's detail release, ticket mint and heartbeat are measured beside them. Reads past the read
+admission are shed (503 with Retry-After, registry.core.read_admission): counted as answers.
+Meant for 20,000 agents or more (`--agents 20000`); not yet run at that size (docs/security.md#round-4).
+
 The noisy tenant's load is closed-loop on a few connections (a rate limit would only lower it), in
 its own load-generator process, started before and stopped after each measured phase.
 """
@@ -61,6 +68,52 @@ def _skill(schema: dict, version: str = "1.0.0") -> dict:
         "inputSchema": schema,
         "outputSchema": {"type": "object"},
     }
+
+
+STALL_REQUESTS = 2000  # distinct wordings per stall route: the per-process caches never answer twice
+
+
+def stall_routes(noisy_token: str) -> tuple[list[dict], list[dict], list[dict]]:
+    """Issue 35 item 3's reproductions as load-generator requests: cold ranked queries through every
+    ranked path, one-typo words, and ARD list filters with as many unanchored values as allowed."""
+    words = sorted({w for ns in data.DOMAINS.values() for n in ns for w in n.replace(".", " ").split()}) or ["invoice"]
+    noisy = {"Authorization": f"Bearer {noisy_token}", "Content-Type": "application/json"}
+    cold, typos, filters = [], [], []
+    for i in range(STALL_REQUESTS):
+        a, b = words[i % len(words)], words[(i * 7 + 3) % len(words)]
+        text = f"{a} {b} w{i}"
+        kind = i % 4
+        if kind == 0:
+            cold.append({"method": "GET", "path": f"/v1/capabilities?q={text.replace(' ', '+')}&limit=50"})
+        elif kind == 1:
+            cold.append(
+                {
+                    "method": "POST",
+                    "path": "/ard/search",
+                    "headers": {"Content-Type": "application/json"},
+                    "body": json.dumps({"query": {"text": text}}),
+                }
+            )
+        elif kind == 2:
+            arguments = {"name": "search_capabilities", "arguments": {"q": text}}
+            cold.append(
+                {
+                    "method": "POST",
+                    "path": "/mcp",
+                    "headers": {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"},
+                    "body": json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": arguments}),
+                }
+            )
+        else:
+            cold.append({"method": "POST", "path": "/v1/offers", "headers": noisy, "body": json.dumps({"need": text})})
+        # One typing error in a word of five letters or more, a new one each time.
+        word = max((a, b), key=len) + "abcde"[: max(0, 5 - len(max((a, b), key=len)))]
+        at = i % (len(word) - 1)
+        typo = word[:at] + word[at + 1] + word[at] + word[at + 2 :] + f" x{i}"
+        typos.append({"method": "GET", "path": f"/v1/capabilities?q={typo.replace(' ', '+')}"})
+        values = ",".join(f"{words[(i + j) % len(words)][:3]}{j}" for j in range(32))
+        filters.append({"method": "GET", "path": f"/ard/agents?filter=displayName%3D%27{values}%27&pageSize=100"})
+    return cold, typos, filters
 
 
 def main(args) -> int:
@@ -120,6 +173,7 @@ def main(args) -> int:
             "body": json.dumps({"old": _skill(slow_patterns(12)), "new": _skill(slow_patterns(13), "1.1.0")}),
         }
         big_page = {"method": "GET", "path": "/v1/capabilities?limit=200&versions=all", "headers": noisy}
+        cold_ranked, typos, filters = stall_routes(tokens["noisy_publisher"])
         chain = {
             "method": "GET",
             "path": "/v1/audit/chain",
@@ -147,9 +201,28 @@ def main(args) -> int:
             }
             for a, s in mintable
         ]
+        details = [
+            {
+                "method": "GET",
+                "path": f"/v1/agents/{a.tenant}/{a.agent_id}/skills/{s['id']}/versions/{s['version']}",
+                "headers": router,
+            }
+            for a, s in mintable
+        ]
+        heartbeats = [
+            {
+                "method": "POST",
+                "path": f"/v1/agents/{a.tenant}/{a.agent_id}/heartbeat",
+                "headers": {"Authorization": f"Bearer {publishers[a.tenant]}", "Content-Type": "application/json"},
+                "body": json.dumps({"instanceId": "bench-quiet", "ttlSeconds": 300}),
+            }
+            for a in specs
+        ]
         quiet = {
             "discovery": ([{"method": "GET", "path": "/v1/capabilities?limit=50", "headers": router}], (200,)),
             "ticket": (mints, (200, 201)),
+            "detail": (details, (200,)),
+            "heartbeat": (heartbeats, (200,)),
         }
         mixes = {
             "alone": None,
@@ -157,6 +230,10 @@ def main(args) -> int:
             "pages": [big_page],
             "neighbour": [validate, compatibility, big_page],
             "neighbour_chain": [validate, compatibility, big_page, chain],
+            # Issue 35's stall routes (module docstring), each alone: held to the same target.
+            "neighbour_cold_ranked": cold_ranked,
+            "neighbour_typos": typos,
+            "neighbour_filters": filters,
         }
         warmup = min(1.0, duration * 0.2)
         for mix, noise in mixes.items():
@@ -164,10 +241,11 @@ def main(args) -> int:
                 job = {
                     "host": "127.0.0.1",
                     "port": registry.port,
-                    "connections": 2 * len(noise),
+                    # The stall routes list thousands of wordings: as many in flight as the review had (10-12).
+                    "connections": min(2 * len(noise), 12),
                     "duration": 24 * 3600,
                     "warmup": 0,
-                    "expect": [200, 400, 429],
+                    "expect": [200, 400, 429, 503],
                     "requests": noise,
                 }
                 neighbour = subprocess.Popen(

@@ -49,6 +49,14 @@ async def lock_agent(conn: asyncpg.Connection, tenant: str, agent_id: str) -> No
     await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"{tenant}/{agent_id}")
 
 
+async def tenant_agents_reach(conn: asyncpg.Connection, tenant: str, cap: int) -> bool:
+    """Whether `tenant` has `cap` agents or more: reads at most `cap` index entries, whatever the tenant holds."""
+    count = await conn.fetchval(
+        "SELECT count(*) FROM (SELECT 1 FROM agents WHERE tenant = $1 LIMIT $2) AS a", tenant, cap
+    )
+    return count >= cap
+
+
 async def insert_agent(conn: asyncpg.Connection, tenant: str, agent_id: str, fields: dict) -> None:
     """A new agent's row, with the registration applied (`registration_body`, `publisher_kid` and
     `registration_hash` in `fields`, each optional: db.signatures.record_registration's columns)."""

@@ -374,6 +374,38 @@ async def discover(
     return await conn.fetch(sql, *params)
 
 
+# The content of a version that answers built from its agent show (views, cards, ARD entries), in
+# the order registry.agents.registration.skill_content_size measures it for a new version.
+SHOWN_CONTENT_COLUMNS = (
+    "name",
+    "description",
+    "tags",
+    "examples",
+    "input_modes",
+    "output_modes",
+    "scopes",
+    "data_regions",
+    "input_schema",
+    "output_schema",
+)
+
+
+async def skill_content_sizes(conn: asyncpg.Connection, tenant: str, agent_id: str) -> dict[str, int]:
+    """Per skill of an agent with a version not retired: the largest such version's shown content, in
+    bytes of its JSON text (about what a new version's skill_content_size counts; jsonb's text adds
+    a space after each separator). Reads what version_contracts reads: the agent's own versions."""
+    columns = ", ".join(SHOWN_CONTENT_COLUMNS)
+    rows = await conn.fetch(
+        f"""SELECT skill_id, max(octet_length(jsonb_build_array({columns})::text)) AS size
+              FROM capability_versions
+             WHERE tenant = $1 AND agent_id = $2 AND status <> 'retired'
+             GROUP BY skill_id""",
+        tenant,
+        agent_id,
+    )
+    return {r["skill_id"]: r["size"] for r in rows}
+
+
 async def version_contracts(conn: asyncpg.Connection, tenant: str, agent_id: str) -> list[asyncpg.Record]:
     """What the compatibility check compares, and what the latest marker is derived from
     (latest_marks), for every non-retired version of an agent's skills."""

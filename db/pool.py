@@ -9,6 +9,9 @@ import msgspec
 # (a broad search at 100,000 versions) spent 1.4-1.5 s compiling with LLVM to run for 0.7 s
 # (docs/performance.md#ranked-search). Set per connection, so the server's default stays as it is.
 SERVER_SETTINGS = {"jit": "off"}
+# Seconds any statement may run before asyncpg gives up on it (reads have a lower server-side bound:
+# create_pool's statement_timeout, CAPREG_READ_STATEMENT_TIMEOUT).
+COMMAND_TIMEOUT = 30.0
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
@@ -37,15 +40,22 @@ async def _reset_connection(conn: asyncpg.Connection) -> None:
         await conn.execute("ROLLBACK")
 
 
-async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
+async def create_pool(
+    dsn: str, *, min_size: int = 2, max_size: int = 10, statement_timeout: float | None = None
+) -> asyncpg.Pool:
+    """`statement_timeout` (seconds): the server cancels a statement of these connections past it
+    (the read pool's: registry.core.read_admission), set once per connection, no round trip per query."""
+    settings = dict(SERVER_SETTINGS)
+    if statement_timeout is not None:
+        settings["statement_timeout"] = str(max(1, int(statement_timeout * 1000)))
     return await asyncpg.create_pool(
         dsn,
         min_size=min_size,
         max_size=max_size,
         init=_init_connection,
         reset=_reset_connection,
-        command_timeout=30,
-        server_settings=SERVER_SETTINGS,
+        command_timeout=COMMAND_TIMEOUT,
+        server_settings=settings,
     )
 
 

@@ -9,6 +9,7 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import asyncpg
 from litestar import Litestar, Response, get
 from litestar.openapi import OpenAPIConfig
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -58,14 +59,22 @@ def create_app(settings: Settings | None = None) -> Litestar:
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         dsn, embedded = resolve_database_url(settings.database_url, settings.home)
         pool = await create_pool(dsn, min_size=settings.pool_min, max_size=settings.pool_max)
+        read_pool: asyncpg.Pool | None = None
         try:
+            # Reads' own connections (registry.core.read_admission): writes never wait for them.
+            read_pool = await create_pool(
+                dsn,
+                min_size=1,
+                max_size=settings.read_pool_max,
+                statement_timeout=settings.read_statement_timeout,
+            )
             async with pool.acquire() as conn:
                 await apply_migrations(conn)
                 await ensure_signing_key(conn)
             keyring = await load_keyring(pool)
             watcher = ChangeWatcher(dsn)
             await watcher.start(pool)
-            registry = Registry(settings, pool, keyring, watcher)
+            registry = Registry(settings, pool, keyring, watcher, read_pool)
             app.state.registry = registry
             await registry.search.build()
             registry.search.start()
@@ -77,6 +86,9 @@ def create_app(settings: Settings | None = None) -> Litestar:
             metrics.gauges = [
                 ("capreg_db_pool_size", "connections open in the pool", pool.get_size),
                 ("capreg_db_pool_idle", "idle connections in the pool", pool.get_idle_size),
+                ("capreg_read_in_flight", "reads holding a read connection", lambda: registry.reads.in_flight),
+                ("capreg_read_waiting", "reads waiting for a read connection", lambda: registry.reads.waiting),
+                ("capreg_read_shed", "reads shed with 503 since start", lambda: registry.reads.shed),
             ]
             metrics.auth_failures = registry.auth_failures
             checkpoints = audit_chain.start_checkpoints(registry)
@@ -96,6 +108,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 await registry.search.stop()
                 await watcher.stop()
         finally:
+            if read_pool is not None:
+                await read_pool.close()
             await pool.close()
             del embedded  # the embedded server handle stops the server when its last user exits
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import msgspec
 
 from auth.issuers import TrustedIssuer
+from db.pool import COMMAND_TIMEOUT
 from registry.ard.names import PublisherDomainError, parse_publisher_domains
 
 
@@ -28,6 +29,11 @@ class Settings(msgspec.Struct, kw_only=True):
     rate_burst: int = 0
     pool_min: int = 2
     pool_max: int = 10
+    # Anonymous and ranked reads' own connections and admission (registry.core.read_admission).
+    read_pool_max: int = 4
+    read_queue: int = 8  # reads waiting for one of them at most; more are shed (503)
+    read_queue_wait: float = 1.0  # seconds one waits at most before it is shed
+    read_statement_timeout: float = 5.0  # seconds; below db.pool.COMMAND_TIMEOUT
     checkpoint_interval: int = 300  # seconds between signed audit checkpoints; 0 disables
     chain_check_interval: float = 10.0  # GET /v1/audit/chain: at most one fresh check per caller this often
     # Proxies (addresses or CIDR networks) whose X-Forwarded-For names the client; none by default.
@@ -40,6 +46,8 @@ class Settings(msgspec.Struct, kw_only=True):
     # itself listens on a loopback address.
     allow_loopback_urls: bool | None = None
     max_instances: int = 1000  # live instances per agent (docs/api.md#heartbeats)
+    # Agents one tenant may register (docs/security.md#round-4); 0: no bound.
+    max_agents_per_tenant: int = 100_000
     # Bytes all per-process response caches of one worker may hold together (registry.core.response_cache).
     cache_budget: int = 64 * 1024 * 1024
     # Ranked search also finds records by meaning (registry.search.embeddings), fused with words;
@@ -87,6 +95,10 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         rate_burst=_number(env, "CAPREG_RATE_BURST", 0),
         pool_min=_number(env, "CAPREG_POOL_MIN", 2),
         pool_max=_number(env, "CAPREG_POOL_MAX", 10),
+        read_pool_max=_positive(env, "CAPREG_READ_POOL_MAX", 4),
+        read_queue=_number(env, "CAPREG_READ_QUEUE", 8),
+        read_queue_wait=_number(env, "CAPREG_READ_QUEUE_WAIT", 1.0, float),
+        read_statement_timeout=_read_statement_timeout(env),
         checkpoint_interval=_number(env, "CAPREG_CHECKPOINT_INTERVAL", 300),
         chain_check_interval=_number(env, "CAPREG_CHAIN_CHECK_INTERVAL", 10.0, float),
         trusted_proxies=proxies,
@@ -95,9 +107,26 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         display_name=(env.get("CAPREG_DISPLAY_NAME") or "capreg")[:200],
         allow_loopback_urls=_flag(env, "CAPREG_ALLOW_LOOPBACK_URLS"),
         max_instances=_number(env, "CAPREG_MAX_INSTANCES", 1000),
+        max_agents_per_tenant=_number(env, "CAPREG_MAX_AGENTS_PER_TENANT", 100_000),
         cache_budget=_number(env, "CAPREG_CACHE_BUDGET", 64 * 1024 * 1024),
         search_meaning=_flag(env, "CAPREG_SEARCH_MEANING") is not False,
     )
+
+
+def _positive(env: dict[str, str], name: str, default: int) -> int:
+    value = _number(env, name, default)
+    if value < 1:
+        raise SystemExit(f"{name} must be at least 1, got {value}")
+    return value
+
+
+def _read_statement_timeout(env: dict[str, str]) -> float:
+    # Below the command timeout, so the server cancels a slow read before the client gives up on it
+    # (its connection then comes back usable, and the caller gets 503 retryable_unavailable).
+    value = _number(env, "CAPREG_READ_STATEMENT_TIMEOUT", 5.0, float)
+    if not 0 < value < COMMAND_TIMEOUT:
+        raise SystemExit(f"CAPREG_READ_STATEMENT_TIMEOUT must be above 0 and below {COMMAND_TIMEOUT:g} seconds")
+    return value
 
 
 def _flag(env: dict[str, str], name: str) -> bool | None:

@@ -28,6 +28,7 @@ from registry.audit.merkle import HeadTree
 from registry.config import Settings, registry_url
 from registry.core.cache_budget import share
 from registry.core.change_watcher import ChangeWatcher
+from registry.core.read_admission import ReadAdmission
 from registry.core.response_cache import ResponseCache
 from registry.core.schema_guard import set_schema_cache_budget
 from registry.core.signing_keys import load_keyring
@@ -44,9 +45,23 @@ _KEYRING_POLL_SECONDS = 30.0
 class Registry:
     """Everything a request handler shares with the others, created once per process by the app's lifespan."""
 
-    def __init__(self, settings: Settings, pool: asyncpg.Pool, keyring: Keyring, watcher: ChangeWatcher):
+    def __init__(
+        self,
+        settings: Settings,
+        pool: asyncpg.Pool,
+        keyring: Keyring,
+        watcher: ChangeWatcher,
+        read_pool: asyncpg.Pool | None = None,
+    ):
         self.settings = settings
         self.pool = pool
+        # Anonymous and ranked reads: their own connections, admitted or shed (registry.core.read_admission).
+        self.reads = ReadAdmission(
+            read_pool or pool,
+            slots=settings.read_pool_max,
+            queue=settings.read_queue,
+            wait=settings.read_queue_wait,
+        )
         self.keyring = keyring
         self.watcher = watcher
         # Ranked search's engine, kept current from the change feed (registry.search.index_sync).

@@ -29,7 +29,15 @@ from registry.agents.preparation import (
 )
 from registry.core.bounded_checks import bounded
 from registry.core.problems import ErrorItem, ProblemError, invalid_request
-from registry.core.records import SIDE_EFFECT_ORDER, AgentRegistration, SkillRegistration, agent_ref, capability_ref
+from registry.core.records import (
+    MAX_AGENT_CONTENT_BYTES,
+    MAX_SKILLS,
+    SIDE_EFFECT_ORDER,
+    AgentRegistration,
+    SkillRegistration,
+    agent_ref,
+    capability_ref,
+)
 from registry.core.wire import Wire
 from registry.versions.compatibility.verdict import baseline
 from registry.versions.contracts import skill_content, skill_contract
@@ -117,6 +125,44 @@ def _version_row(tenant: str, agent_id: str, prepared: PreparedSkill) -> dict[st
     }
 
 
+_size_encoder = msgspec.json.Encoder()
+
+
+def skill_content_size(row: dict[str, Any]) -> int:
+    """The bytes of a new version's shown content (db.capabilities.SHOWN_CONTENT_COLUMNS, as JSON)."""
+    return len(_size_encoder.encode([row[column] for column in capability_queries.SHOWN_CONTENT_COLUMNS]))
+
+
+def agent_bound_errors(stored_sizes: dict[str, int], new_rows: list[dict[str, Any]]) -> list[ErrorItem]:
+    """What the agent would hold past its bounds once `new_rows` are stored (records.MAX_SKILLS skills
+    with a version not retired, MAX_AGENT_CONTENT_BYTES of their content): the skills a PUT leaves
+    out are kept, so the bound is on the sum, not on one body."""
+    sizes = dict(stored_sizes)
+    for row in new_rows:
+        sizes[row["skill_id"]] = max(sizes.get(row["skill_id"], 0), skill_content_size(row))
+    errors = []
+    if len(sizes) > MAX_SKILLS:
+        errors.append(
+            ErrorItem(
+                path="/skills",
+                message=f"the agent would hold {len(sizes)} skills with versions not retired, more than "
+                f"the {MAX_SKILLS} allowed per agent (skills left out of a registration are kept: "
+                "retire one before adding another)",
+            )
+        )
+    total = sum(sizes.values())
+    if total > MAX_AGENT_CONTENT_BYTES:
+        errors.append(
+            ErrorItem(
+                path="/skills",
+                message=f"the agent's skills would hold about {total} bytes of content, more than the "
+                f"{MAX_AGENT_CONTENT_BYTES} allowed per agent (kept across registrations: retire versions "
+                "or publish smaller schemas)",
+            )
+        )
+    return errors
+
+
 def has_neighbours(stored: list[Any], new_skills: list[PreparedSkill]) -> bool:
     """Whether any new version has another version of its skill to be compared with: a stored one
     that is not retired (`stored`: version_contracts' rows), or one earlier in the same body. Without
@@ -201,9 +247,11 @@ async def apply_registration(
     *,
     trace_id: str | None,
     request_id: str | None = None,
+    max_agents: int = 0,
 ) -> RegistrationResult:
     """Write a prepared registration as one write of a group commit (db.group_commit): raises
-    ProblemError on a conflict, and its savepoint rolls back with nothing applied."""
+    ProblemError on a conflict or a bound passed, and its savepoint rolls back with nothing applied.
+    `max_agents`: the tenant's most agents (CAPREG_MAX_AGENTS_PER_TENANT; 0: none)."""
     conn = scope.conn
     reg = prepared.registration
     fields = {
@@ -249,6 +297,12 @@ async def apply_registration(
         or list(existing["shared_with"]) != fields["shared_with"]
         or (prepared.publisher_kid is not None and existing["publisher_kid"] != prepared.publisher_kid)
     )
+    if created and max_agents and await agent_queries.tenant_agents_reach(conn, tenant, max_agents):
+        # Under the agent's lock only: concurrent creations of other agents may pass it by a few.
+        raise invalid_request(
+            f"tenant {tenant} already has {max_agents} agents, the most one tenant may register "
+            "(CAPREG_MAX_AGENTS_PER_TENANT); update an existing agent instead"
+        )
     if created:  # with the registration applied (the others write it last: record_registration)
         await agent_queries.insert_agent(
             conn,
@@ -329,6 +383,12 @@ async def apply_registration(
         row["status"] = "candidate" if candidate else "active"
         row["baseline"] = candidate.baseline if candidate else None
         rows.append(row)
+    if rows:
+        # Under the agent's lock, so concurrent registrations of one agent cannot pass the bound together.
+        stored_sizes = {} if created else await capability_queries.skill_content_sizes(conn, tenant, agent_id)
+        bound_errors = agent_bound_errors(stored_sizes, rows)
+        if bound_errors:
+            raise invalid_request("the agent would hold more than an agent may", bound_errors)
     await capability_queries.insert_versions(conn, rows, now=datetime.now(UTC), stored=stored_versions)
     for skill in new_skills:
         version_ref = capability_ref(tenant, agent_id, skill.skill.id, skill.skill.version)

@@ -92,7 +92,14 @@ async def register(
     try:
         return await registry.writes.run(
             lambda scope: apply_registration(
-                scope, caller, tenant, agent_id, prepared, trace_id=trace_id, request_id=request_id
+                scope,
+                caller,
+                tenant,
+                agent_id,
+                prepared,
+                trace_id=trace_id,
+                request_id=request_id,
+                max_agents=registry.settings.max_agents_per_tenant,
             )
         )
     except (

@@ -9,7 +9,6 @@ registry.core.problems answers in ARD's envelope on /ard/*.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import ipaddress
@@ -30,7 +29,7 @@ from registry.ard.names import Publishers, agent_urn, parse_agent_urn
 from registry.core.cursors import decode_cursor, encode_cursor
 from registry.core.date_times import parse_date_time
 from registry.core.problems import ErrorItem, ProblemError, invalid_request, not_found
-from registry.core.records import SIDE_EFFECT_ORDER
+from registry.core.records import MAX_FILTER_VALUES, SIDE_EFFECT_ORDER
 from registry.core.response_cache import DEFAULT_MAX_AGE, CachedResponse, etag_of, expiry
 from registry.core.wire import Wire
 from registry.discovery import ranking
@@ -50,7 +49,7 @@ REPRESENTATIVE_QUERIES = 5
 HEALTH_VALUES = ("healthy", "stale", "unknown")
 
 FilterValue = Annotated[str, msgspec.Meta(max_length=256)]
-FilterValues = FilterValue | Annotated[list[FilterValue], msgspec.Meta(max_length=100)]
+FilterValues = FilterValue | Annotated[list[FilterValue], msgspec.Meta(max_length=MAX_FILTER_VALUES)]
 
 
 class QueryModel(Wire, forbid_unknown_fields=True):
@@ -286,6 +285,8 @@ def list_filter(expression: str | None, publishers: Publishers) -> EntryFilter:
         values = tuple(v.strip() for v in value.split(",") if v.strip())
         if not values:
             raise _bad("filter", f"{field} needs at least one value")
+        if len(values) > MAX_FILTER_VALUES:  # as query.filter's lists of search and explore
+            raise _bad("filter", f"{field} takes at most {MAX_FILTER_VALUES} values, got {len(values)}")
         values_of[field] = values
     return EntryFilter(
         display_name=values_of.get("displayName"),
@@ -463,30 +464,15 @@ class Answer(msgspec.Struct):
 _encoder = msgspec.json.Encoder()
 
 
-# Questions being answered now, per process: concurrent askers of the same question share one
-# computation instead of each running the same queries (a cache entry expiring under load).
-_IN_FLIGHT: dict[tuple, asyncio.Future] = {}
-
-
 async def cached_answer(registry: Registry, key: tuple, compute: Callable[[], Awaitable[Answer]]) -> CachedResponse:
     """The encoded answer for `key` (the question: endpoint, caller's view, registry URL, request
     bytes) from the per-process response cache (exact: registry.core.response_cache), else computed
-    once for everyone asking it at the same moment (in its own task, so one asker leaving cancels
-    nothing for the others)."""
+    once for everyone asking it at the same moment (registry.core.read_admission.ReadAdmission.once)."""
     seq = registry.watcher.cache_seq()
     entry = registry.responses.get(key, seq, time.monotonic())
     if entry is not None:
         return entry
-    if seq is None:  # caching is off (the change listener is reconnecting): every question on its own
-        return await _computed(registry, key, compute)
-    # Only a computation started at the same change sequence is joined: a question asked after a
-    # change this process knows of (its own writes included) never gets an answer from before it.
-    flight_key = (key, seq)
-    flight = _IN_FLIGHT.get(flight_key)
-    if flight is None:
-        flight = _IN_FLIGHT[flight_key] = asyncio.ensure_future(_computed(registry, key, compute))
-        flight.add_done_callback(lambda _: _IN_FLIGHT.pop(flight_key, None))
-    return await asyncio.shield(flight)
+    return await registry.reads.once(key, seq, lambda: _computed(registry, key, compute))
 
 
 async def _computed(registry: Registry, key: tuple, compute: Callable[[], Awaitable[Answer]]) -> CachedResponse:
@@ -509,7 +495,7 @@ async def _snapshot(registry: Registry) -> AsyncIterator[tuple[asyncpg.Connectio
     `now`, the one the queries decide what is in force at); with the change sequence and the next
     effective moment read first (db.capabilities.snapshot_bounds)."""
     now = datetime.now(UTC)
-    async with registry.pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+    async with registry.reads.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
         yield conn, seq, [next_effective], now
 

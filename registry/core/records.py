@@ -51,6 +51,11 @@ JsonSchema = dict[str, Any]
 # What one registration may put into public answers (docs/api.md#limits): every list a card or a
 # skill carries is bounded, so one registration cannot make a discovery item or a card huge.
 MAX_TAGS = 32
+# Values one filter of a list or search may name (ARD's `filter`, discovery's `tag`, offers' and MCP's
+# `tag`): each value is a match over every visible row, so their count bounds a request's work
+# (docs/security.md#round-4). Equal to MAX_TAGS: no capability carries more tags than an AND of
+# tags can ask for.
+MAX_FILTER_VALUES = MAX_TAGS
 MAX_SCOPES = 32
 MAX_REGIONS = 16
 MAX_EXAMPLES = 16
@@ -58,6 +63,12 @@ MAX_SKILLS = 128
 MAX_INTERFACES = 16
 MAX_MODES = 16
 MAX_SHARED_WITH = 256
+# What one agent holds across registrations (skills left out of a PUT are kept, so per-body caps alone
+# let it grow without end; docs/security.md#round-4): at most MAX_SKILLS skills with a version not
+# retired, and at most MAX_AGENT_CONTENT_BYTES of their shown content (skill_content_size, the
+# largest such version of each skill), so every answer built from one agent (view, card, ARD entry)
+# stays about that size.
+MAX_AGENT_CONTENT_BYTES = 2 * 1024 * 1024
 
 
 class Slo(Wire, forbid_unknown_fields=True):

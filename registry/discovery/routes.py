@@ -9,6 +9,7 @@ from litestar import Request, Response, get
 from litestar.params import QueryParameter
 
 from registry.core.problems import problem_responses
+from registry.core.records import MAX_FILTER_VALUES
 from registry.core.response_cache import CachedResponse, etag_matches
 from registry.discovery.service import (
     DEFAULT_LIMIT,
@@ -62,7 +63,12 @@ async def discover(
     skill: Annotated[
         str | None, QueryParameter(max_length=129, description="exact skill id, or a prefix ending in *")
     ] = None,
-    tag: Annotated[list[str] | None, QueryParameter(description="repeatable; all must match")] = None,
+    tag: Annotated[
+        list[str] | None,
+        QueryParameter(
+            max_items=MAX_FILTER_VALUES, description=f"repeatable, at most {MAX_FILTER_VALUES}; all must match"
+        ),
+    ] = None,
     side_effect_max: Annotated[
         str | None,
         QueryParameter(

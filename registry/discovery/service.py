@@ -238,9 +238,11 @@ async def discovery_page(registry: Registry, viewer: str | None, query: Discover
     """
     query = await normalized(registry, query)
     key = ("discover", viewer, *msgspec.structs.astuple(query))
-    entry = registry.responses.get(key, registry.watcher.cache_seq(), time.monotonic())
+    seq = registry.watcher.cache_seq()
+    entry = registry.responses.get(key, seq, time.monotonic())
     if entry is None:
-        entry = await _query_page(registry, viewer, query)
+        # Identical cold questions asked together are answered by one query (read_admission.once).
+        entry = await registry.reads.once(key, seq, lambda: _query_page(registry, viewer, query))
         registry.responses.put(key, entry, registry.watcher.cache_seq())
     return entry
 
@@ -269,7 +271,7 @@ async def _known_regions(registry: Registry) -> frozenset[str]:
     if entry is not None:
         return entry.extra
     now = datetime.now(UTC)
-    async with registry.pool.acquire() as conn:
+    async with registry.reads.connection() as conn:
         seq, _ = await capability_queries.snapshot_bounds(conn, now=now)
         regions = await capability_queries.known_regions(conn)
     expires = expiry(time.monotonic(), now, [])
@@ -288,7 +290,7 @@ async def _query_page(registry: Registry, viewer: str | None, query: DiscoveryQu
         return await _ranked_page(registry, viewer, query, rank)
     after = decode_cursor(query.cursor, tuple[str, str, str, str]) if query.cursor else None
     now = datetime.now(UTC)
-    async with registry.pool.acquire() as conn:
+    async with registry.reads.connection() as conn:
         seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
         rows = await capability_queries.discover(
             conn,
@@ -333,7 +335,7 @@ async def _ranked_page(
     assert query.q
     after = ranking.decode_position(query.cursor) if query.cursor else None
     now = datetime.now(UTC)
-    async with registry.pool.acquire() as conn:
+    async with registry.reads.connection() as conn:
         seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
         ranked = await ranking.rank(
             conn,

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from registry.core.records import SideEffect
+from registry.core.records import MAX_FILTER_VALUES, SideEffect
 from registry.core.wire import Wire
 from registry.discovery.service import (
     DEFAULT_LIMIT,
@@ -62,7 +62,7 @@ class SearchArguments(Wire, forbid_unknown_fields=True):
     tag: (
         Annotated[
             list[Annotated[str, msgspec.Meta(max_length=128)]],
-            msgspec.Meta(max_length=32, description="tags the capability must all carry"),
+            msgspec.Meta(max_length=MAX_FILTER_VALUES, description="tags the capability must all carry"),
         ]
         | Annotated[str, msgspec.Meta(max_length=128)]
         | None

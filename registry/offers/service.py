@@ -30,7 +30,7 @@ from db import agents as agent_queries
 from db import capabilities as capability_queries
 from db.audit_events import AuditEvent
 from registry.core.problems import ErrorItem, ProblemError, invalid_request, problem_of
-from registry.core.records import SIDE_EFFECT_ORDER, SKILL_ID_MAX_LENGTH, agent_ref, capability_ref
+from registry.core.records import MAX_FILTER_VALUES, SIDE_EFFECT_ORDER, SKILL_ID_MAX_LENGTH, agent_ref, capability_ref
 from registry.core.response_cache import LEASES_MAX_AGE, CachedResponse, expiry
 from registry.core.tracing import current_request_id
 from registry.core.wire import Wire
@@ -75,7 +75,7 @@ class OfferRequest(Wire, forbid_unknown_fields=True):
         ]
         | None
     ) = None
-    tags: Annotated[list[Annotated[str, msgspec.Meta(max_length=128)]], msgspec.Meta(max_length=32)] = []
+    tags: Annotated[list[Annotated[str, msgspec.Meta(max_length=128)]], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []
     region: Annotated[str, msgspec.Meta(max_length=REGION_MAX_LENGTH)] | None = None
     side_effect_max: str | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT
@@ -343,7 +343,7 @@ async def _matches(registry: Registry, caller: Caller, body: OfferRequest, rank:
     """Matching capabilities the caller may see, latest per agent and skill, best first, as
     (row, score, relevance); and the change sequence and next effective moment read before them."""
     tags = tuple(body.tags) if body.tags else None
-    async with registry.pool.acquire() as conn:
+    async with registry.reads.connection() as conn:
         seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
         if body.need:
             filters = ranking.SearchFilters(skill=body.skill, tags=tags, side_effect_max=rank)
@@ -374,7 +374,9 @@ async def eligible(registry: Registry, caller: Caller, body: OfferRequest, rank:
     if entry is not None:
         return entry.extra
     now = datetime.now(UTC)
-    matches, seq, next_effective = await _matches(registry, caller, body, rank, now)
+    matches, seq, next_effective = await registry.reads.once(
+        key, registry.watcher.cache_seq(), lambda: _matches(registry, caller, body, rank, now)
+    )
     decided = decide_candidates(caller, matches, region=body.region, keep=KEEP)
     boundaries = [next_effective, *(row["lease_until"] for row, _, _ in matches)]
     expires = expiry(time.monotonic(), now, boundaries)
