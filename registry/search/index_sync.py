@@ -28,7 +28,10 @@ from registry.search.engine import Document, Hit, Proposal, SearchIndex
 log = logging.getLogger("capreg")
 
 # Changes read per catch-up statement (each names one agent; repeated agents are read once).
-CHANGES_PER_READ = 2_000
+CHANGES_PER_READ = 500
+# Changes a request applies before it is answered (its own writes are among the first; a backlog,
+# such as a bulk load's, is the follower's to apply, so no request waits for it).
+REQUEST_CHANGES_MAX = 200
 # How often the follower looks at the change sequence when no notification arrives.
 FOLLOW_INTERVAL = 0.25
 
@@ -123,30 +126,30 @@ class SearchService:
                 with contextlib.suppress(Exception):
                     await conn.close()
 
-    async def catch_up(self, conn: asyncpg.Connection | asyncpg.Pool) -> None:
-        """Apply every committed change after the engine's sequence (whole agents re-read), reading
-        through `conn`: the caller's own connection, never a second one from the pool."""
-        if self.seq >= self.watcher.seq and self.watcher.listening:
-            return
-        async with self._catching_up:
-            while True:
-                changes = await index_queries.changed_agents(conn, self.seq, limit=CHANGES_PER_READ)
-                if not changes:
-                    return
-                agents = list(
-                    dict.fromkeys(
-                        (c["tenant"], c["agent_id"])
-                        for c in changes
-                        if c["kind"] not in index_queries.NOT_INDEXED_KINDS
+    async def catch_up(self, conn: asyncpg.Connection | asyncpg.Pool, *, most: int | None = None) -> None:
+        """Apply the committed changes after the engine's sequence (whole agents re-read), reading
+        through `conn`: the caller's own connection, never a second one from the pool. With `most`,
+        one read of at most that many changes (a request's catch-up: the follower does the rest).
+        The lock is held one read at a time, so a request never waits behind a whole backlog."""
+        while self.seq < self.watcher.seq or not self.watcher.listening:
+            limit = CHANGES_PER_READ if most is None else most
+            async with self._catching_up:
+                changes = await index_queries.changed_agents(conn, self.seq, limit=limit)
+                if changes:
+                    agents = list(
+                        dict.fromkeys(
+                            (c["tenant"], c["agent_id"])
+                            for c in changes
+                            if c["kind"] not in index_queries.NOT_INDEXED_KINDS
+                        )
                     )
-                )
-                if agents:
-                    # Read after the changes, so each agent's rows are at least as new as its changes.
-                    rows = await index_queries.agent_documents(conn, agents)
-                    await asyncio.to_thread(self.index.replace, agents, [document(r) for r in rows])
-                self.seq = changes[-1]["seq"]
-                if len(changes) < CHANGES_PER_READ:
-                    return
+                    if agents:
+                        # Read after the changes, so each agent's rows are at least as new as its changes.
+                        rows = await index_queries.agent_documents(conn, agents)
+                        await asyncio.to_thread(self.index.replace, agents, [document(r) for r in rows])
+                    self.seq = changes[-1]["seq"]
+            if most is not None or len(changes) < limit:
+                return
 
     async def propose(
         self, conn: asyncpg.Connection | asyncpg.Pool, words: Sequence[str], where: Proposal
@@ -154,5 +157,5 @@ class SearchService:
         """The engine's candidates, after catching up (through `conn`) with any change this process
         knows of and the engine has not applied (read your writes)."""
         if self.seq < self.watcher.seq:
-            await self.catch_up(conn)
+            await self.catch_up(conn, most=REQUEST_CHANGES_MAX)
         return await asyncio.to_thread(self.index.propose, words, where)
