@@ -31,7 +31,7 @@ class Settings(msgspec.Struct, kw_only=True):
     pool_max: int = 10
     # Anonymous and ranked reads' own connections and admission (registry.core.read_admission).
     read_pool_max: int = 4
-    read_queue: int = 8  # reads waiting for one of them at most; more are shed (503)
+    read_queue: int = 64  # reads waiting for one of them at most; more are shed (503)
     read_queue_wait: float = 1.0  # seconds one waits at most before it is shed
     read_statement_timeout: float = 5.0  # seconds; below db.pool.COMMAND_TIMEOUT
     checkpoint_interval: int = 300  # seconds between signed audit checkpoints; 0 disables
@@ -96,7 +96,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         pool_min=_number(env, "CAPREG_POOL_MIN", 2),
         pool_max=_number(env, "CAPREG_POOL_MAX", 10),
         read_pool_max=_positive(env, "CAPREG_READ_POOL_MAX", 4),
-        read_queue=_number(env, "CAPREG_READ_QUEUE", 8),
+        read_queue=_number(env, "CAPREG_READ_QUEUE", 64),
         read_queue_wait=_number(env, "CAPREG_READ_QUEUE_WAIT", 1.0, float),
         read_statement_timeout=_read_statement_timeout(env),
         checkpoint_interval=_number(env, "CAPREG_CHECKPOINT_INTERVAL", 300),
