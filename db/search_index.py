@@ -1,4 +1,4 @@
-"""Queries that feed the search engine (registry.search): every capability version's searchable
+"""Queries that feed the search engine (retired versions are never shown, so never indexed) (registry.search): every capability version's searchable
 fields with its agent's visibility, for a whole rebuild or for the agents a run of the change feed
 touched, and the change feed's agents after a sequence number."""
 
@@ -27,6 +27,7 @@ async def snapshot(
         cursor = await conn.cursor(
             f"""SELECT {_DOC_COLUMNS}
                   FROM capability_versions c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
+                 WHERE c.status <> 'retired'
                  ORDER BY c.tenant, c.agent_id, c.skill_id, c.version"""
         )
         while rows := await cursor.fetch(batch):
@@ -55,7 +56,8 @@ async def agent_documents(
         f"""SELECT {_DOC_COLUMNS}
               FROM unnest($1::text[], $2::text[]) AS k(tenant, agent_id)
               JOIN capability_versions c ON c.tenant = k.tenant AND c.agent_id = k.agent_id
-              JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id""",
+              JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
+             WHERE c.status <> 'retired'""",
         [t for t, _ in agents],
         [a for _, a in agents],
     )

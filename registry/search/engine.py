@@ -21,6 +21,7 @@ latest marker, key and content filters) only narrow what the engine proposes; th
 
 from __future__ import annotations
 
+import copy
 import re
 import threading
 from collections.abc import Iterable, Sequence
@@ -257,8 +258,9 @@ class _Vectors:
         for name in ("matrix", "alive", "public", "latest", "side_effect", "tenant", "slots"):
             setattr(self, name, np.ascontiguousarray(getattr(self, name)[keep]))
         self.size, self.dead = len(keep), 0
-        self.row_of_slot[:] = -1
-        self.row_of_slot[self.slots[: self.size]] = np.arange(self.size)
+        row_of_slot = np.full(len(self.row_of_slot), -1, dtype=np.int32)  # new: a reader may hold the old one
+        row_of_slot[self.slots[: self.size]] = np.arange(self.size)
+        self.row_of_slot = row_of_slot
 
     @property
     def nbytes(self) -> int:
@@ -325,7 +327,10 @@ class SearchIndex:
             self.index.reload()
             self.searcher = self.index.searcher()
             if self.vectors is not None and self.vectors.dead > max(1024, self.vectors.size // 2):
-                self.vectors.compact()
+                # A new object swapped in one assignment: a query on a worker thread keeps the one it took.
+                compacted = copy.copy(self.vectors)
+                compacted.compact()
+                self.vectors = compacted
 
     def _add(self, documents: Sequence[Document]) -> None:
         vector_rows = []
@@ -426,16 +431,17 @@ class SearchIndex:
                     evidence[int(value)] = score
         closeness: dict[int, float] = {}  # slot -> cosine similarity
         meaning = " ".join(w for w in words if self.embedder is not None and self.embedder.known(w))
-        if self.vectors is not None and self.embedder is not None and meaning:
+        vectors = self.vectors  # one snapshot for the whole query (compaction swaps the object)
+        if vectors is not None and self.embedder is not None and meaning:
             query = self.embedder.embed([meaning])[0]
-            for slot, sim in self._closest(query, where):
+            for slot, sim in self._closest(vectors, query, where):
                 if sim >= MEANING_FLOOR:  # proposed for its meaning alone
                     closeness[slot] = sim
             # The words' candidates are scored for meaning too: a dot product each.
-            rows = [(slot, self.vectors.row(slot)) for slot in evidence if slot not in closeness]
+            rows = [(slot, vectors.row(slot)) for slot in evidence if slot not in closeness]
             rows = [(slot, row) for slot, row in rows if row >= 0]
             if rows:
-                sims = self.vectors.matrix[[row for _, row in rows]] @ query
+                sims = vectors.matrix[[row for _, row in rows]] @ query
                 closeness.update((slot, float(sim)) for (slot, _), sim in zip(rows, sims, strict=True))
         fused = fuse(evidence, closeness, meaning=self.vectors is not None)
         proposed = []
@@ -455,13 +461,14 @@ class SearchIndex:
         should: list[tuple[tantivy.Occur, tantivy.Query]] = []
         corrections = 0
         for term, word in terms:
-            known = False
             for field, boost in FIELD_BOOSTS.items():
-                if searcher.doc_freq(field, term):
-                    known = True
+                if searcher.doc_freq(field, term):  # a clause only for a field that can match
                     clause = tantivy.Query.term_query(schema, field, term)
                     should.append((tantivy.Occur.Should, tantivy.Query.boost_query(clause, boost)))
-            if not known and len(word) >= FUZZY_MIN_CHARS and corrections < FUZZY_WORDS_MAX:
+            # Corrections are tried whether or not some record holds the word: "holds it" counts
+            # records of every tenant, and answering differently would tell a caller that an
+            # invisible record holds the word (a constant score, so the word itself still ranks first).
+            if len(word) >= FUZZY_MIN_CHARS and corrections < FUZZY_WORDS_MAX:
                 corrections += 1
                 # A word no record holds: records one typing error away, each match scored as a
                 # constant (a correction is weaker evidence than the word itself). Both the stem
@@ -514,12 +521,12 @@ class SearchIndex:
             )
         return filters
 
-    def _closest(self, query: Any, where: Proposal) -> list[tuple[int, float]]:
+    def _closest(self, vectors: _Vectors, query: Any, where: Proposal) -> list[tuple[int, float]]:
         """Slots of the versions closest in meaning to `query` (a unit vector) among those the cheap pre-filters
         admit (visibility, latest marker, tenant, side effect), at most MEANING_DEPTH, closest first,
         with their cosine similarity."""
-        vectors, embedder = self.vectors, self.embedder
-        assert vectors is not None and embedder is not None
+        embedder = self.embedder
+        assert embedder is not None
         n = vectors.size
         if n == 0:
             return []
@@ -532,10 +539,10 @@ class SearchIndex:
             rows = np.arange(n)
         if len(rows) > shortlist:
             rows = rows[np.argpartition(-similarity[rows], shortlist - 1)[:shortlist]]
-        rows = rows[self._admitted(rows, where)]
+        rows = rows[self._admitted(vectors, rows, where)]
         if len(rows) < MEANING_DEPTH and shortlist < n:
             every = np.arange(n)
-            rows = every[self._admitted(every, where)]
+            rows = every[self._admitted(vectors, every, where)]
         candidates = rows
         if len(candidates) > MEANING_DEPTH:
             top = np.argpartition(-similarity[candidates], MEANING_DEPTH - 1)[:MEANING_DEPTH]
@@ -546,11 +553,9 @@ class SearchIndex:
             closest = [(slot, sim) for slot, sim in closest if self._matches_key(slot, where)]
         return closest
 
-    def _admitted(self, rows: Any, where: Proposal) -> Any:
+    def _admitted(self, vectors: _Vectors, rows: Any, where: Proposal) -> Any:
         """Which of the vector `rows` the cheap pre-filters admit (visibility, latest marker,
         tenant, side effect); agent and skill are checked on the few closest (_matches_key)."""
-        vectors = self.vectors
-        assert vectors is not None
         admitted = vectors.alive[rows]
         if where.latest_only:
             admitted &= vectors.latest[rows]
@@ -560,9 +565,10 @@ class SearchIndex:
         visible = vectors.public[rows]
         if viewer_id is not None:
             visible |= vectors.tenant[rows] == viewer_id
-            shared = self._shared_to.get(where.viewer or "")
-            if shared:
-                visible |= np.isin(vectors.slots[rows], np.fromiter(shared, dtype=vectors.slots.dtype))
+        # Shared records count for any viewer, one that has published nothing included.
+        shared = self._shared_to.get(where.viewer) if where.viewer is not None else None
+        if shared:
+            visible |= np.isin(vectors.slots[rows], np.fromiter(shared, dtype=vectors.slots.dtype))
         admitted &= visible
         if where.tenant is not None:
             admitted &= vectors.tenant[rows] == self._tenant_ids.get(where.tenant, -1)

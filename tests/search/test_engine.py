@@ -166,3 +166,33 @@ def test_meaning_finds_records_that_share_no_word():
     assert find(index, "send a message to my team") == ["chat.post"]
     # words nobody knows have no meaning: nothing is proposed for them
     assert find(index, "zq3fa9b1c2") == []
+
+
+def test_whether_an_invisible_record_holds_a_word_changes_nothing_a_caller_sees():
+    """The one-typo corrections are tried whatever other tenants' private records hold (an outside
+    review read "does a private record hold W" off whether its own near-miss record was found)."""
+    index = words_only(doc("attacker", "probe", "probe.skill", "glimmerfux", public=True, latest=True))
+    assert find(index, "glimmerfox", "attacker") == ["probe.skill"]
+    index.replace((), [doc("victim", "secret", "secret.skill", "glimmerfox project", latest=True)])
+    assert find(index, "glimmerfox", "attacker") == ["probe.skill"]
+
+
+class SameMeaning:
+    """Every text means the same thing: every record is a perfect meaning match."""
+
+    dim = 4
+
+    def known(self, word: str) -> bool:
+        return word.isalpha()
+
+    def embed(self, texts: list[str]):
+        import numpy as np
+
+        return np.tile(np.array([1, 0, 0, 0], dtype=np.float32), (len(texts), 1))
+
+
+def test_meaning_proposes_shared_records_to_a_viewer_that_published_nothing():
+    index = SearchIndex(SameMeaning())  # type: ignore[arg-type]
+    index.replace((), [doc("owner", "a", "shared.skill", "posts to chat", shared_with=("reader",), latest=True)])
+    assert find(index, "colleagues", "owner") == ["shared.skill"]
+    assert find(index, "colleagues", "reader") == ["shared.skill"]
