@@ -167,7 +167,9 @@ def _words_of_id(identifier: str) -> str:
 def _analyzer() -> tantivy.TextAnalyzer:
     return (
         tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
-        .filter(tantivy.Filter.remove_long(WORD_MAX_CHARS))
+        # tantivy drops tokens of at least this many bytes: every word of up to WORD_MAX_CHARS
+        # characters (4 bytes each at most in UTF-8) is kept; query_words drops longer ones.
+        .filter(tantivy.Filter.remove_long(WORD_MAX_CHARS * 4 + 1))
         .filter(tantivy.Filter.lowercase())
         .filter(tantivy.Filter.ascii_fold())
         .filter(tantivy.Filter.stopword("english"))
