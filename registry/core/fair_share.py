@@ -82,6 +82,11 @@ class TenantShares:
             if share.users == 0:
                 self._shares.pop(key, None)
 
+    def users(self, tenant: str) -> int:
+        """`tenant`'s tasks holding or waiting for a slot on this loop (for tests and metrics)."""
+        share = self._shares.get((id(asyncio.get_running_loop()), tenant))
+        return 0 if share is None else share.users
+
     def in_use(self) -> int:
         """Tenants holding or waiting for a slot (for tests and metrics)."""
         return len(self._shares)

@@ -5,8 +5,9 @@ tenant's registration is served at once, not behind the first tenant's queue."""
 from __future__ import annotations
 
 import asyncio
+import queue
 import secrets
-import time
+import threading
 
 import pytest
 
@@ -43,31 +44,68 @@ def _card(schema: dict) -> dict:
 
 
 @pytest.mark.skipif(WORKERS < 2, reason="a fair share needs more workers than one tenant's share")
-async def test_a_second_tenant_registers_while_the_first_saturates_its_share(client, mint, tenant, other_tenant):
-    assert bounded_work().shares.limit < WORKERS
+async def test_a_second_tenant_registers_while_the_first_saturates_its_share(
+    client, mint, tenant, other_tenant, monkeypatch
+):
+    pool = bounded_work()
+    share = pool.shares.limit
+    assert share < WORKERS
     noisy = mint(tenant, "noisy", "registry:publish")
     quiet = mint(other_tenant, "quiet", "registry:publish")
-    finished: list[tuple[str, float, int]] = []
+    salt = secrets.token_hex(4)  # patterns nobody compiled before, so no cache shortens them
+    # Counted, not timed: whose task found every worker busy and waited for one, and how many of the
+    # noisy tenant's tasks held a worker at once.
+    waited: list[str] = []
+    started: list[str] = []
+    holding = {"noisy": 0, "peak": 0}
+    local = threading.local()
+    original_call, idle = pool._call, pool._idle
 
-    async def register(who: str, headers: dict, agent: str, card: dict, owner: str) -> None:
+    def labelled_call(function, args):
+        local.who = "noisy" if salt in repr(args) else "quiet"
+        started.append(local.who)
+        return original_call(function, args)
+
+    class CountingIdle:
+        def get(self):
+            try:
+                worker = idle.get_nowait()
+            except queue.Empty:
+                waited.append(local.who)
+                worker = idle.get()
+            if local.who == "noisy":
+                holding["noisy"] += 1
+                holding["peak"] = max(holding["peak"], holding["noisy"])
+            return worker
+
+        def put(self, worker):
+            if getattr(local, "who", None) == "noisy":
+                holding["noisy"] -= 1
+            idle.put(worker)
+
+        def __getattr__(self, name):
+            return getattr(idle, name)
+
+    async def register(headers: dict, agent: str, card: dict, owner: str) -> int:
         response = await client.put(f"/v1/agents/{owner}/{agent}", json=card, headers=headers)
-        finished.append((who, time.monotonic(), response.status_code))
+        return response.status_code
 
     # A warm pool, as a registering server has: what is measured is the share, not a start-up.
-    await asyncio.get_running_loop().run_in_executor(None, bounded_work().warm)
-    salt = secrets.token_hex(4)  # patterns nobody compiled before, so no cache shortens them
+    await asyncio.get_running_loop().run_in_executor(None, pool.warm)
+    monkeypatch.setattr(pool, "_call", labelled_call)
+    monkeypatch.setattr(pool, "_idle", CountingIdle())
     flood = [
-        asyncio.create_task(register("noisy", noisy, f"slow-{i}", _slow_card(f"{salt}{i}x"), tenant))
-        for i in range(2 * WORKERS)
+        asyncio.create_task(register(noisy, f"slow-{i}", _slow_card(f"{salt}{i}x"), tenant)) for i in range(2 * WORKERS)
     ]
-    await asyncio.sleep(0.3)  # the flood is queued first
-    await register("quiet", quiet, "quick", _card({"type": "object"}), other_tenant)
-    await asyncio.gather(*flood)
-    order = [who for who, _, _ in sorted(finished, key=lambda item: item[1])]
-    # Only what the noisy tenant already had running in its share may finish first (its first
-    # registration is one schema task since a new agent needs no comparison); never one it queued.
-    assert order.index("quiet") <= bounded_work().shares.limit, order
-    assert all(status == 201 for _, _, status in finished), finished  # slow, but allowed: all served
+    while pool.shares.users(tenant) < len(flood):  # every noisy task holds or waits for its share
+        await asyncio.sleep(0.01)
+    assert await register(quiet, "quick", _card({"type": "object"}), other_tenant) == 201
+    statuses = await asyncio.gather(*flood)
+    assert "quiet" in started  # its registration did use a worker
+    # The noisy tenant never held more workers than its share, so the quiet tenant never waited for one.
+    assert holding["peak"] <= share, holding
+    assert "quiet" not in waited, waited
+    assert statuses == [201] * len(flood)  # slow, but allowed: all served
 
 
 async def test_a_share_limits_one_tenant_and_not_the_others():
