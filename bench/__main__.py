@@ -600,6 +600,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--database-url", help="create a fresh database on this PostgreSQL server (default: embedded)")
     parser.add_argument(
+        "--wait-events",
+        action="store_true",
+        help="with --database-url: sample what PostgreSQL's backends wait for during each scenario (bench/wait_events.py)",
+    )
+    parser.add_argument(
         "--no-explain", action="store_true", help="skip EXPLAIN (ANALYZE, BUFFERS) of the discovery queries"
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="directory for the JSON results")
@@ -739,10 +744,22 @@ def main(argv: list[str] | None = None) -> int:
         def run(name, title, requests, expect=(200,), connections=None):
             if only is not None and name not in only:
                 return
+            sampler = None
+            if args.wait_events and registry.database is not None:
+                # What PostgreSQL's backends wait for during this scenario (bench/wait_events.py).
+                sampler = subprocess.Popen(
+                    [sys.executable, "-m", "bench.wait_events", "--database-url", registry.server_url]
+                    + ["--seconds", str(args.duration), "--databases", registry.database],
+                    stdout=subprocess.PIPE,
+                    cwd=ROOT,
+                )
             result = measure(Result(name, title), job_for(requests, expect, connections), pid)
             compare(result, baseline)
             results.append(result)
             print(f"  {title}: {result.rps:,.0f} req/s, p99 {result.p99_ms:.2f} ms, {result.errors} errors", flush=True)
+            if sampler is not None:
+                waits = json.loads(sampler.communicate()[0])
+                print(f"    waits of active backends: {waits['share']} {waits['lock_waits_by_statement']}", flush=True)
 
         def unavailable(name, title, why):
             results.append(Result(name, title, available=False, note=why))

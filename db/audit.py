@@ -1,4 +1,6 @@
-"""Queries on the audit log: append (one hash chain per tenant, inside the caller's transaction) and read."""
+"""Queries on the audit log: the durable queue of events not yet chained (`enqueue_events`, in the
+writing request's transaction), the sequencer's step that chains them (`chain_queued`: one hash
+chain per tenant), and reads."""
 
 from __future__ import annotations
 
@@ -17,9 +19,74 @@ AUDIT_COLUMNS = (
 )
 
 
-async def append_events(conn: asyncpg.Connection, events: list[AuditEvent]) -> list[int]:
+# The advisory lock that makes one sequencer step at a time, cluster-wide (any number of processes
+# and replicas run steps; they take turns). A constant of capreg's own ("capreg-audit" in ASCII).
+CHAIN_LOCK = 0x63617072_65672D61
+_EVENT_JSON = msgspec.json.Encoder()
+_EVENT_READ = msgspec.json.Decoder(AuditEvent)
+
+
+async def enqueue_events(conn: asyncpg.Connection, events: list[AuditEvent]) -> None:
+    """Store `events` durably, not yet chained, inside the transaction whose change they record:
+    they are in the log from its commit on, and in their chains from the next sequencer step's.
+    Takes no lock another writer waits for."""
+    if not events:
+        return
+    at = datetime.now(UTC)
+    await conn.execute(
+        "INSERT INTO audit_queue (at, event) SELECT $1, e FROM unnest($2::text[]) WITH ORDINALITY AS q(e, n) ORDER BY n",
+        at,
+        [_EVENT_JSON.encode(event).decode() for event in events],
+    )
+
+
+async def chain_queued(conn: asyncpg.Connection, *, most: int, wait: bool = True) -> int | None:
+    """One sequencer step: in one transaction, take at most `most` queued events in id order and
+    append them to their chains (`append_events`); returns how many it took, or None when `wait` is
+    False and another step holds the turn. Steps take turns under CHAIN_LOCK, and each reads the
+    queue only once it holds the lock (a statement of its own, so its snapshot includes whatever
+    the step before it chained and removed, and every event committed before it was asked for). A
+    step that fails or is killed leaves the queue as it was."""
+    async with conn.transaction():
+        if wait:
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", CHAIN_LOCK)
+        elif not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", CHAIN_LOCK):
+            return None
+        rows = await conn.fetch(
+            "DELETE FROM audit_queue WHERE id IN (SELECT id FROM audit_queue ORDER BY id LIMIT $1) "
+            "RETURNING id, at, event",
+            most,
+        )
+        if rows:
+            rows = sorted(rows, key=lambda row: row["id"])
+            await append_events(
+                conn, [_EVENT_READ.decode(row["event"]) for row in rows], at=[row["at"] for row in rows]
+            )
+    return len(rows)
+
+
+async def chain_stored(conn: asyncpg.Connection | asyncpg.Pool, *, most: int = 2000) -> None:
+    """Chain every event stored before the call (steps, waiting for the turn): what every reader of
+    the log does first, so that it never misses an event whose answer has left."""
+    if isinstance(conn, asyncpg.Pool):
+        async with conn.acquire() as own:
+            return await chain_stored(own, most=most)
+    while await chain_queued(conn, most=most) == most:
+        pass
+
+
+async def queued(conn: asyncpg.Connection | asyncpg.Pool) -> tuple[int, datetime | None]:
+    """Events stored but not yet chained, and when the oldest of them was stored (metrics, tests)."""
+    row = await conn.fetchrow("SELECT count(*) AS n, min(at) AS oldest FROM audit_queue")
+    return row["n"], row["oldest"]
+
+
+async def append_events(
+    conn: asyncpg.Connection, events: list[AuditEvent], *, at: list[datetime] | None = None
+) -> list[int]:
     """Append events to their tenants' chains (db.audit_events.event_chains: an event of two tenants
-    goes to both); must run inside the transaction whose change they record. Returns the seqs.
+    goes to both), in the sequencer's transaction (`chain_queued`); `at`: when each was stored
+    (default now). Returns the seqs.
 
     Only the head rows of the chains written are locked (in byte order of chain, so two batches never
     deadlock on them), until commit: each chain's chainSeq stays gap-free and its links follow commit
@@ -54,18 +121,20 @@ async def append_events(conn: asyncpg.Connection, events: list[AuditEvent]) -> l
             "SELECT array_agg(nextval('audit_event_seq')) FROM generate_series(1, $1)", len(entries)
         )
     seqs.sort()
-    at = datetime.now(UTC)
+    now = datetime.now(UTC)
+    stored = {id(event): when for event, when in zip(events, at, strict=True)} if at is not None else {}
     event_ids = {id(event): str(uuid.uuid4()) for event in events}
     rows = []
     for (chain, event), seq in zip(entries, seqs, strict=False):
         chain_seq, prev = heads[chain]
         chain_seq += 1
         event_id = event_ids[id(event)]
-        digest = entry_hash(prev, chain=chain, chain_seq=chain_seq, event_id=event_id, seq=seq, at=at, event=event)
+        when = stored.get(id(event), now)
+        digest = entry_hash(prev, chain=chain, chain_seq=chain_seq, event_id=event_id, seq=seq, at=when, event=event)
         rows.append(
             (
                 seq,
-                at,
+                when,
                 event.tenant,
                 event.actor_tenant,
                 event.type,

@@ -1,19 +1,19 @@
 """Group commit for audited writes: concurrent requests' writes share one transaction and one commit.
 
-Every audited write ends by advancing the change sequence and the audit chain, two single-row heads
-whose locks are held until commit. One transaction per request therefore serializes the whole
-registry behind one fsync per request. Here a process queues its writes; one task runs each queued
-write in its own savepoint of a shared transaction, then advances both heads once for the batch and
-commits. Nobody's answer leaves before the commit that makes it durable, and a write that fails
-rolls back to its savepoint alone.
+Every audited write stores its audit events (db.audit.enqueue_events) and, when it changes what is
+registered, advances the change sequence (a single-row head, locked until commit). Here a process
+queues its writes; one task runs each queued write in its own savepoint of a shared transaction,
+then advances the change feed's head once for the batch, stores the batch's events and commits.
+Nobody's answer leaves before the commit that makes it durable, and a write that fails rolls back to
+its savepoint alone. The events reach their tenants' hash chains in a sequencer step shortly after
+(db.audit_sequencer, woken by each such commit); no batch locks a chain's head row, so batches of
+different workers and replicas never wait for each other's commits on it.
 
 A few batches are in flight at once, so one runs its writes while another waits for its commit to
-become durable. Writes take only their own row or advisory locks while they run; the heads are
-locked last, once per batch, always in the same order (the change feed's, then each audit chain's
-in byte order of chain), so batches cannot deadlock on them; the change feed's rows go in with one
-multi-row statement per batch. Each tenant has its own audit chain (db.audit), and a batch holds the
-writes of one set of chains only (its lane): the batches of different tenants, here or on other
-replicas, lock different head rows and never wait for each other.
+become durable. Writes take only their own row or advisory locks while they run; the change feed's
+head is locked last, once per batch, and its rows go in with one multi-row statement per batch. A
+batch holds the writes of one set of chains only (its lane), as it did when batches appended to
+the chains themselves.
 
 One request can never fail another. A write fails inside its own savepoint. Audit events cannot
 carry text PostgreSQL would refuse (db.audit_events escapes it when an event is built, so a refusal
@@ -34,8 +34,9 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from db.audit import append_events
+from db.audit import enqueue_events
 from db.audit_events import AuditEvent, event_chains
+from db.audit_sequencer import AuditSequencer
 from db.batching import BatchQueue
 from db.changes import record_changes
 
@@ -105,6 +106,15 @@ class GroupCommit(BatchQueue[Queued]):
     def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 128, concurrency: int = 3):
         super().__init__(max_batch=max_batch, concurrency=concurrency)
         self.pool = pool
+        self.sequencer = AuditSequencer(pool)
+
+    def start(self) -> None:
+        super().start()
+        self.sequencer.start()
+
+    async def stop(self) -> None:
+        await super().stop()
+        await self.sequencer.stop()
 
     async def run(self, write: Callable[[WriteScope], Awaitable[T]], *, expected: Sequence[AuditEvent] = ()) -> T:
         """Run `write` in the next batch; returns its result once the batch has committed. `expected`:
@@ -140,7 +150,7 @@ class GroupCommit(BatchQueue[Queued]):
     async def _commit(self, batch: list[tuple[Queued, asyncio.Future[Any]]], attempt: int = 1) -> None:
         try:
             async with self.pool.acquire() as conn:
-                outcomes = await self._execute(conn, batch)
+                outcomes, stored = await self._execute(conn, batch)
         except Exception as exc:
             if len(batch) == 1 and isinstance(exc, _RETRY_ALONE) and attempt < _ATTEMPTS_ALONE:
                 # PostgreSQL chose this transaction as a deadlock's victim and rolled it back whole;
@@ -154,6 +164,8 @@ class GroupCommit(BatchQueue[Queued]):
                 log.warning("group commit batch of %d failed (%r); running each write alone", len(batch), exc)
             await self._commit_each_alone(batch)
             return
+        if stored:  # durable now: answered; chained by the next sequencer step (db.audit_sequencer)
+            self.sequencer.stored()
         for future, ok, value in outcomes:
             if future.done():
                 continue
@@ -164,7 +176,8 @@ class GroupCommit(BatchQueue[Queued]):
 
     async def _execute(
         self, conn: asyncpg.Connection, batch: list[tuple[Queued, asyncio.Future[Any]]]
-    ) -> list[tuple[asyncio.Future[Any], bool, Any]]:
+    ) -> tuple[list[tuple[asyncio.Future[Any], bool, Any]], bool]:
+        """Run the batch in one transaction; its outcomes, and whether it stored audit events."""
         outcomes: list[tuple[asyncio.Future[Any], bool, Any]] = []
         events: list[AuditEvent] = []
         changes: list[tuple[str, str, str, str]] = []
@@ -199,7 +212,7 @@ class GroupCommit(BatchQueue[Queued]):
             for (table, columns), rows in inserts.items():
                 placeholders = ", ".join(f"${n}" for n in range(1, len(columns) + 1))
                 await conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({placeholders})", rows)
-            # The heads, last and in a fixed order: change feed, then the audit chains.
+            # The change feed's head, last; the events go to the queue, which no other writer waits on.
             await record_changes(conn, changes)
-            await append_events(conn, events)
-        return outcomes
+            await enqueue_events(conn, events)
+        return outcomes, bool(events)

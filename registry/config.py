@@ -53,6 +53,24 @@ class Settings(msgspec.Struct, kw_only=True):
     # Ranked search also finds records by meaning (registry.search.embeddings), fused with words;
     # CAPREG_SEARCH_MEANING=0 switches it off (words only, about 80 MB less per worker).
     search_meaning: bool = True
+    # `capreg serve`'s worker processes (CAPREG_WORKERS, or --workers): one per usable core, at most
+    # WORKERS_MAX (each keeps its own search engine and caches: docs/deployment.md#workers).
+    workers: int = 1
+
+
+# Beyond this many workers per node, add replicas: each worker holds its own engine (up to about
+# 0.5 GB at 100,000 agents with meaning on) and its own database connections.
+WORKERS_MAX = 8
+
+
+def default_workers() -> int:
+    """One worker per core this process may run on (its CPU affinity, as a container limits it), at
+    most WORKERS_MAX."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, WORKERS_MAX))
 
 
 def _number(env: dict[str, str], name: str, default, kind=int):
@@ -110,6 +128,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         max_agents_per_tenant=_number(env, "CAPREG_MAX_AGENTS_PER_TENANT", 100_000),
         cache_budget=_number(env, "CAPREG_CACHE_BUDGET", 64 * 1024 * 1024),
         search_meaning=_flag(env, "CAPREG_SEARCH_MEANING") is not False,
+        workers=_positive(env, "CAPREG_WORKERS", default_workers()),
     )
 
 

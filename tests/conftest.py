@@ -129,12 +129,76 @@ def registry(app):
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def db(database_url, app):
-    """A pool on the test's own event loop (the app's pool lives on the test client's loop)."""
+    """A pool on the test's own event loop (the app's pool lives on the test client's loop), reading
+    the audit log as every reader of it does (AuditReader)."""
     from db.pool import create_pool
 
     pool = await create_pool(database_url, min_size=1, max_size=4)
-    yield pool
+    yield AuditReader(pool)
     await pool.close()
+
+
+class AuditReader:
+    """A pool or connection whose statements on the audit log's tables first chain what is stored
+    (db.audit.chain_stored), as the registry's own readers do: a test reading the log after an answer
+    sees what an auditor would (docs/audit.md#stored-then-chained). Everything else passes through."""
+
+    _TABLES = ("audit_events", "audit_chain_heads", "audit_checkpoints")
+
+    def __init__(self, target) -> None:
+        self._target = target
+
+    def __getattr__(self, name: str):
+        return getattr(self._target, name)
+
+    async def _first(self, sql: str) -> None:
+        from db.audit import chain_stored
+
+        # Inside a transaction it is the code under test writing (a batch, a sequencer step): as is.
+        in_transaction = getattr(self._target, "is_in_transaction", None)
+        if in_transaction is not None and in_transaction():
+            return
+        if any(table in sql for table in self._TABLES):
+            await chain_stored(self._target)
+
+    async def fetch(self, sql: str, *args, **options):
+        await self._first(sql)
+        return await self._target.fetch(sql, *args, **options)
+
+    async def fetchrow(self, sql: str, *args, **options):
+        await self._first(sql)
+        return await self._target.fetchrow(sql, *args, **options)
+
+    async def fetchval(self, sql: str, *args, **options):
+        await self._first(sql)
+        return await self._target.fetchval(sql, *args, **options)
+
+    async def execute(self, sql: str, *args, **options):
+        await self._first(sql)
+        return await self._target.execute(sql, *args, **options)
+
+    def acquire(self, **options):
+        return _ReaderAcquire(self._target.acquire(**options))
+
+    async def release(self, conn, **options):
+        await self._target.release(getattr(conn, "_target", conn), **options)
+
+
+class _ReaderAcquire:
+    def __init__(self, acquiring) -> None:
+        self._acquiring = acquiring
+
+    def __await__(self):
+        return self._wrapped().__await__()
+
+    async def _wrapped(self):
+        return AuditReader(await self._acquiring)
+
+    async def __aenter__(self):
+        return AuditReader(await self._acquiring.__aenter__())
+
+    async def __aexit__(self, *exc):
+        return await self._acquiring.__aexit__(*exc)
 
 
 @pytest.fixture
@@ -209,6 +273,9 @@ def start_server(home: Path, database_url: str | None, port: int | None = None):
     """`capreg serve` as a process; returns (process, base_url, env) once /readyz answers 200."""
     port = port or free_port()
     env = {**os.environ, "CAPREG_HOME": str(home), "CAPREG_PORT": str(port)}
+    # One worker unless a test sets CAPREG_WORKERS: what these tests check of one process (its caches,
+    # its memory) does not depend on the machine's cores; CI's wheel install serves with the default.
+    env.setdefault("CAPREG_WORKERS", "1")
     env.pop("DATABASE_URL", None)
     if database_url:
         env["DATABASE_URL"] = database_url

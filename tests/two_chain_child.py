@@ -1,8 +1,9 @@
 """A replica writing events of two tenants (record tenant A, actor tenant B: one entry in each chain)
-through GroupCommit, which stops at a chosen point of the transaction so that
+through GroupCommit, whose sequencer step stops at a chosen point of its transaction so that
 tests/audit/test_two_chain_kill.py can SIGKILL it there: `python -m tests.two_chain_child URL A B MODE ROUND`.
 
-MODE is where the batch holding the event marked `stall` stops, its transaction open:
+MODE is where the sequencer step chaining the event marked `stall` (stored, not yet chained: its
+write's own transaction has committed) stops, its transaction open:
 - `after-lock`: both chains' head rows are locked and the seqs taken; no entry is written yet;
 - `before-commit`: the append is done (both chains' entries and head rows), the commit is not;
 - `none`: nothing stops; the parent kills at a moment of its choosing while writes stream.
@@ -53,18 +54,18 @@ class _StallingConnection:
 
 
 async def main(url: str, record_tenant: str, actor_tenant: str, mode: str, round_: str) -> None:
-    stall_ref = f"{record_tenant}/{STALL_REF}"
+    stall_ref = f"{record_tenant}/{STALL_REF}-{round_}"
     real_append = audit_queries.append_events
 
-    async def append_events(conn, events):
+    async def append_events(conn, events, **options):
         if not any(event.ref == stall_ref for event in events):
-            return await real_append(conn, events)
-        seqs = await real_append(_StallingConnection(conn, mode, stall_ref), events)
+            return await real_append(conn, events, **options)
+        seqs = await real_append(_StallingConnection(conn, mode, stall_ref), events, **options)
         if mode == "before-commit":
             await _hold("before-commit")
         return seqs
 
-    group_commit.append_events = append_events  # the batch's append (db.group_commit imported it by name)
+    audit_queries.append_events = append_events  # the sequencer step's append (db.audit.chain_queued)
     pool = await create_pool(url, min_size=2, max_size=6)
     writes = group_commit.GroupCommit(pool, max_batch=8, concurrency=3)
     writes.start()

@@ -76,6 +76,7 @@ async def verify_stored_chain(
     caught by its head row or a checkpoint covering more; a rewritten-and-rehashed chain by the
     signed root (or, for checkpoints from before chains per tenant, the signed hash).
     """
+    await audit_queries.chain_stored(conn)  # every event stored so far is checked (db.audit_sequencer)
     # Checkpoints and heads before the entries: anything written meanwhile is past what we hold them to.
     stored = await checkpoint_queries.latest_checkpoint(conn, with_heads=True)
     checkpoints = [checkpoint_from_row(stored)] if stored is not None else []
@@ -300,6 +301,7 @@ async def make_checkpoint(
     Raises ChainBroken (and signs nothing) when a chain does not extend the previous checkpoint.
     """
     tree = tree if tree is not None else merkle.HeadTree()
+    await audit_queries.chain_stored(conn)  # the checkpoint covers every event stored so far
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", checkpoint_queries.CHECKPOINT_LOCK)
         latest = await checkpoint_queries.latest_checkpoint(conn, with_heads=True)

@@ -109,6 +109,7 @@ def _forget(checks: ChainChecks, chain: str, done: asyncio.Future) -> None:
 
 async def _check(registry: Registry, chain: str) -> ChainVerification:
     async with registry.pool.acquire() as conn:
+        await audit_queries.chain_stored(conn)  # up to every event whose answer has left
         anchor_seq, anchor = await audit_queries.head(conn)
         legacy_done, legacy_read, breach = await _advance_legacy(conn, anchor_seq)
         chain_seq, head_seq, read = 0, 0, 0

@@ -62,6 +62,7 @@ async def event_page(
     """One page, oldest first, of the events whose record or actor tenant is `tenant`."""
     where = _event_filter(query, parse_date_time("since", query.since), parse_date_time("until", query.until))
     after = _after_seq(cursor) if cursor else 0
+    await audit_queries.chain_stored(registry.pool)  # every event whose answer has left (db.audit_sequencer)
     records = await audit_queries.tenant_events(registry.pool, tenant, where, after=after, limit=limit + 1)
     page = records[:limit]
     next_cursor = encode_cursor([page[-1].seq]) if len(records) > limit else None
@@ -72,6 +73,7 @@ async def event_export(registry: Registry, tenant: str, query: EventQuery) -> As
     """Every matching event up to the head as it is now, as NDJSON: the filters are checked (400)
     before the stream starts."""
     where = _event_filter(query, parse_date_time("since", query.since), parse_date_time("until", query.until))
+    await audit_queries.chain_stored(registry.pool)
     upto = await audit_queries.last_seq(registry.pool)
     return _ndjson(registry, tenant, where, upto)
 
@@ -92,6 +94,7 @@ async def hourly_outcomes(registry: Registry, tenant: str, query: EventQuery) ->
             [ErrorItem(path="since", message=f"more than {MAX_HOURS} hours before until")],
         )
     where = _event_filter(query, start, end)
+    await audit_queries.chain_stored(registry.pool)
     rows = await audit_queries.tenant_hourly_outcomes(registry.pool, tenant, where)
     counts = {(row["hour"], row["outcome"]): row["n"] for row in rows}
     hours = []

@@ -35,6 +35,7 @@ async def inclusion_proof(registry: Registry, tenant: str) -> AuditProof:
     does not cover yet (or a checkpoint whose key left the JWKS) gets the heads signed now. 404 when
     the tenant's chain has no entry."""
     await registry.refresh_keyring()
+    await audit_queries.chain_stored(registry.pool)  # a chain no checkpoint covers yet is signed now
     row = await checkpoint_queries.latest_checkpoint(registry.pool)
     tree = await _tree(registry, row)
     if row is None or tenant not in tree.index or row["kid"] not in registry.keyring.public:

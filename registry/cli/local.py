@@ -72,8 +72,11 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     print(
         f"capreg serving on http://{host}:{port} ({'embedded PostgreSQL' if embedded else 'DATABASE_URL'})", flush=True
     )
+    workers = args.workers if args.workers is not None else settings.workers
+    if workers < 1:
+        raise SystemExit("--workers must be at least 1")
     metrics_dir = None
-    if args.workers > 1:  # one scrape of /metrics sums every worker (registry.web.observability)
+    if workers > 1:  # one scrape of /metrics sums every worker (registry.web.observability)
         metrics_dir = tempfile.mkdtemp(prefix="capreg-metrics-")
         os.environ["CAPREG_METRICS_DIR"] = metrics_dir
     try:
@@ -83,7 +86,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
             port=port,
             interface=Interfaces.ASGI,
             factory=True,
-            workers=args.workers,
+            workers=workers,
             log_access=False,
         ).serve()
     finally:
@@ -299,7 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the HTTP server (embedded PostgreSQL unless DATABASE_URL)")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
-    serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument(
+        "--workers", type=int, help="worker processes (default: CAPREG_WORKERS, else one per core, at most 8)"
+    )
     serve.set_defaults(run=cmd_serve)
 
     commands.add_parser("migrate", help="apply database migrations").set_defaults(run=cmd_migrate)

@@ -287,7 +287,8 @@ async def test_checkpoints_show_the_log_only_grew(client, mint, tenant, db, data
     earlier = (await client.get("/v1/audit/checkpoints/latest")).json()
     await register(client, mint, tenant)
 
-    made = capreg_cli(database_url, "audit", "checkpoint", home=tmp_path)
+    # Off the loop: the in-process app's sequencer steps go on meanwhile (the CLI waits for its turn).
+    made = await asyncio.to_thread(capreg_cli, database_url, "audit", "checkpoint", home=tmp_path)
     assert made.returncode == 0, made.stderr
     later = (await client.get("/v1/audit/checkpoints/latest")).json()
     assert later == json.loads(made.stdout)
@@ -299,7 +300,9 @@ async def test_checkpoints_show_the_log_only_grew(client, mint, tenant, db, data
 
     kept = tmp_path / "earlier-checkpoint.json"
     kept.write_text(json.dumps(earlier))
-    verified = capreg_cli(database_url, "audit", "verify", "--checkpoint", str(kept), home=tmp_path)
+    verified = await asyncio.to_thread(
+        capreg_cli, database_url, "audit", "verify", "--checkpoint", str(kept), home=tmp_path
+    )
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert "intact" in verified.stdout and str(earlier["seq"]) in verified.stdout
 

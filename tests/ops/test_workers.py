@@ -59,3 +59,17 @@ def test_one_scrape_counts_the_requests_of_every_worker(database_url):
     finally:
         stop_server(process)
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_serve_runs_one_worker_per_usable_core_unless_told(monkeypatch):
+    import pytest
+
+    from registry.config import WORKERS_MAX, default_workers, load_settings
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(3)))
+    assert default_workers() == 3 == load_settings({}).workers
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+    assert default_workers() == WORKERS_MAX
+    assert load_settings({"CAPREG_WORKERS": "2"}).workers == 2
+    with pytest.raises(SystemExit, match="CAPREG_WORKERS"):
+        load_settings({"CAPREG_WORKERS": "0"})
