@@ -14,7 +14,7 @@ import jwt
 import msgspec
 import pytest
 
-from db.audit import append_events, hash_at
+from db.audit import enqueue_events, hash_at
 from db.audit_events import AuditEvent, AuditRecord, record_hash
 from registry.audit.checkpoints import Checkpoint, CheckpointInvalid, jwks_keys, verify_checkpoint
 from tests.audit_support import capreg_cli
@@ -110,7 +110,7 @@ async def test_events_of_the_tenants_callers_on_other_tenants_records_are_visibl
     each as the entry of their own chain (same eventId, at and content; docs/audit.md#chains)."""
     await register(client, mint, other_tenant)
     async with db.acquire() as conn, conn.transaction():
-        await append_events(
+        await enqueue_events(  # as a batch stores it: chained after what was stored before (its registration)
             conn,
             [
                 AuditEvent(
@@ -143,7 +143,7 @@ async def test_a_tenant_named_by_a_caller_but_unknown_gets_no_chain(client, mint
     checkpoint): the refusal stays in the caller's own chain."""
     ghost = "ghost" + tenant
     async with db.acquire() as conn, conn.transaction():
-        await append_events(
+        await enqueue_events(
             conn,
             [
                 AuditEvent(
