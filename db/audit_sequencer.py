@@ -38,15 +38,19 @@ RETRY_SECONDS = 0.005
 POLL_SECONDS = 1.0
 # After a step, the next waits this long, so that the batches committed meanwhile share it: every
 # step is a durable commit of its own, and this caps them at 100/s per process whatever the load
-# (on 2 cores it neither helped nor hurt throughput measurably: docs/performance.md#audited-paths).
+# (on 2 cores it neither helped nor hurt throughput measurably: docs/performance.md#audited-paths-issue-39).
 STEP_GAP_SECONDS = 0.01
 
 
 class AuditSequencer:
-    """This process's background steps: `stored()` says a batch has just committed events."""
+    """This process's background steps: `stored()` says a batch has just committed events.
+    `rounds` counts its wake-ups (a poll, a `stored()`, a retry), so tests bound the window in
+    rounds rather than seconds; `poll_seconds` is injectable for the same reason."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, poll_seconds: float = POLL_SECONDS) -> None:
         self.pool = pool
+        self.poll_seconds = poll_seconds
+        self.rounds = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
 
@@ -64,12 +68,13 @@ class AuditSequencer:
         self._wake.set()
 
     async def _run(self) -> None:
-        timeout = POLL_SECONDS
+        timeout = self.poll_seconds
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
             self._wake.clear()
-            timeout = POLL_SECONDS
+            self.rounds += 1
+            timeout = self.poll_seconds
             try:
                 if not await self._steps():
                     timeout = RETRY_SECONDS
