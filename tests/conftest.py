@@ -342,6 +342,14 @@ async def retire_versions(client, mint, db, tenant: str, skill_id: str, version:
         assert response.status_code == 200, response.text
 
 
+def pytest_collection_modifyitems(config, items):
+    """Mark every test that reaches the test PostgreSQL server (each database fixture depends on
+    `server_url`): CI's second run, against another server flavour, takes only these."""
+    for item in items:
+        if "server_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.database)
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """Say plainly when the browser tests (tests/console/test_console_browser.py) did not run, and why."""
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if "test_console_browser" in r.nodeid]
