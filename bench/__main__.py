@@ -364,14 +364,14 @@ def compare(result: Result, baseline: Result) -> None:
 class Capreg:
     """`capreg serve` on a fresh database, and the CLI on the same CAPREG_HOME / DATABASE_URL."""
 
-    def __init__(self, database_url: str | None, workers: int, home: Path):
+    def __init__(self, database_url: str | None, workers: int, home: Path, port: int | None = None):
         self.home = home
         self.server_url = database_url
         self.database = None
         self.env = {**os.environ, "CAPREG_HOME": str(home), "PYTHONUNBUFFERED": "1"}
         self.env.pop("DATABASE_URL", None)
         self.workers = workers
-        self.port = free_port()
+        self.port = port or free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
 
@@ -598,6 +598,8 @@ def main(argv: list[str] | None = None) -> int:
         "--workers", type=int, default=1, help="granian workers for capreg and the baseline (default 1)"
     )
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--port", type=int, help="port for capreg serve (default: a free one)")
+    parser.add_argument("--baseline-port", type=int, help="port for the baseline endpoint (default: a free one)")
     parser.add_argument("--database-url", help="create a fresh database on this PostgreSQL server (default: embedded)")
     parser.add_argument(
         "--wait-events",
@@ -656,14 +658,14 @@ def main(argv: list[str] | None = None) -> int:
     warmup = min(1.0, args.duration * 0.2)
     home = Path(tempfile.mkdtemp(prefix="capreg-bench-"))
     baseline_proc = None
-    registry = Capreg(args.database_url, args.workers, home)
+    registry = Capreg(args.database_url, args.workers, home, port=args.port)
     results: list[Result] = []
     plans: dict[str, str] = {}
     commit_latency: dict[str, float] = {}
     at_rest: dict = {}
     try:
         # -- baseline
-        bport = free_port()
+        bport = args.baseline_port or free_port()
         blog = home / "baseline.log"
         with blog.open("w") as out:
             baseline_proc = subprocess.Popen(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import sys
 import time
 
@@ -209,7 +210,15 @@ def main() -> None:
     except ImportError:
         pass
     result = asyncio.run(run(job))
-    sys.stdout.write(json.dumps(result))
+    write_report(result, sys.stdout)
+
+
+def write_report(result: dict, stream) -> None:
+    """The whole report, whatever the loop left: uvloop leaves stdout non-blocking, and a report
+    larger than the pipe's buffer (64 KiB) was cut by EAGAIN. Blocking again, it is written whole."""
+    os.set_blocking(stream.fileno(), True)
+    stream.write(json.dumps(result))
+    stream.flush()
 
 
 if __name__ == "__main__":

@@ -142,3 +142,31 @@ async def test_the_load_generator_keeps_an_unexpected_answer_to_show_it():
     conn.data_received(refused)
     assert await conn.waiter == (400, False)
     assert conn.last_error.startswith(b"HTTP/1.1 400") and conn.last_error.endswith(b'{"code":"invalid_request"}')
+
+
+def test_the_load_generators_report_is_whole_on_a_non_blocking_pipe():
+    """uvloop leaves stdout non-blocking; a report past the pipe's 64 KiB buffer was cut (issue 38)."""
+    import threading
+
+    from bench.load import write_report
+
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    received = bytearray()
+    start_reading = threading.Event()
+
+    def reader() -> None:
+        start_reading.wait()
+        while chunk := os.read(read_end, 65536):
+            received.extend(chunk)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    report = {"latencies_us": list(range(100_000))}  # about 600 KB of JSON
+    timer = threading.Timer(0.2, start_reading.set)  # the reader starts late: the pipe fills first
+    timer.start()
+    with os.fdopen(write_end, "w") as stream:
+        write_report(report, stream)
+    thread.join()
+    os.close(read_end)
+    assert json.loads(received) == report
