@@ -261,13 +261,11 @@ async def test_a_new_key_verifies_and_a_removed_key_stops_without_a_restart(boun
     assert (await partner.get(billing, headers=bearer(new_token))).status_code == 200
     # The IdP drops the old key: tokens it signed, verified before or not, stop working within seconds.
     provider.jwks_file.write_text(json.dumps({"keys": both[1:]}))
-    started = time.monotonic()
 
     async def refused() -> bool:
         return (await partner.get(billing, headers=bearer(old_token))).status_code == 401
 
     assert await wait_for(refused, 10), "a removed key kept verifying"
-    assert time.monotonic() - started < 60
     fresh_old = provider.token(provider.claims(tenant, "invoice:read", ["eu"]))
     assert (await partner.get(billing, headers=bearer(fresh_old))).status_code == 401
     assert (await partner.get(billing, headers=bearer(new_token))).status_code == 200
