@@ -43,6 +43,7 @@ from registry.versions import replay_routes as replays
 from registry.versions import routes as versions
 from registry.web import api_docs
 from registry.web.observability import RequestMetrics, observability_middleware
+from registry.web.openapi_strict import StrictJsonRenderPlugin
 from registry.web.query_parameters import DeclaredQueries
 from registry.web.rate_limit import TokenBuckets, rate_limit_middleware
 from registry.web.request_guard import screen_guard, screens, unstorable_screen
@@ -182,7 +183,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
             path="/schema",
             components=api_docs.components(),  # bearer JWT: Swagger UI's Authorize button
             tags=api_docs.tags(),
-            render_plugins=[console.OfflineSwaggerRenderPlugin()],  # no CDN: assets served by capreg
+            # no CDN: assets served by capreg; openapi.json is the committed document's bytes
+            render_plugins=[console.OfflineSwaggerRenderPlugin(), StrictJsonRenderPlugin()],
         ),
         debug=False,
     )

@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 import msgspec
 from litestar import Request, Response, get, post, put
 from litestar.background_tasks import BackgroundTask
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import PathParameter
 
 from auth.policy import PUBLISH_SCOPE
@@ -98,7 +99,13 @@ async def _unchanged_registration(request: Request) -> Response | None:
     status_code=200,
     summary="Register or update an agent and publish its capability versions",
     before_request=_unchanged_registration,
-    responses=problem_responses(400, 401, 403, 409, 413),
+    responses={
+        201: ResponseSpec(
+            data_container=RegistrationResponse,
+            description="The agent is new, or the body published something new (200: nothing changed)",
+        ),
+        **problem_responses(400, 401, 403, 409, 413),
+    },
     dependencies=body_schema(AgentRegistration),
 )
 async def register_agent(request: Request, tenant: TenantPath, agent_id: AgentPath) -> Response[RegistrationResponse]:

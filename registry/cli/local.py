@@ -250,11 +250,9 @@ def cmd_audit_checkpoint(args: argparse.Namespace, settings: Settings) -> int:
 
 def openapi_document() -> bytes:
     from registry.app import create_app
-    from registry.web.openapi_strict import strict_components
+    from registry.web.openapi_strict import document_bytes
 
-    app = create_app(Settings())
-    schema = strict_components(msgspec.to_builtins(app.openapi_schema.to_schema()))
-    return msgspec.json.format(msgspec.json.encode(schema, order="sorted"), indent=2) + b"\n"
+    return document_bytes(create_app(Settings()).openapi_schema.to_schema())
 
 
 def cmd_openapi(args: argparse.Namespace, settings: Settings) -> int:

@@ -6,6 +6,7 @@ import time
 from typing import Annotated, Literal
 
 from litestar import Request, Response, get
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import QueryParameter
 
 from registry.core.problems import problem_responses
@@ -52,7 +53,12 @@ async def _answer_from_cache(request: Request) -> Response | None:
 @get(
     "/v1/capabilities",
     summary="Discover capabilities (public metadata only)",
-    responses=problem_responses(400, 401),
+    responses={
+        304: ResponseSpec(
+            data_container=None, description="Not Modified: the page is unchanged since the ETag in If-None-Match"
+        ),
+        **problem_responses(400, 401),
+    },
     before_request=_answer_from_cache,
 )
 async def discover(

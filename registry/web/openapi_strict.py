@@ -7,6 +7,10 @@ of each `sharedWith` tenant, the length of each mode) and lower bounds beside a 
 `msgspec.json.schema_components` renders exactly what its decoder checks, so every component that is
 one of capreg's Structs is replaced by msgspec's rendering of it (with its nested Structs, under the
 same component names). A Struct msgspec cannot render (a field typed `object`) keeps litestar's.
+
+One document: `/schema/openapi.json` serves `document_bytes` of the app's schema, the same function
+`capreg openapi` writes to openapi/openapi.json, so what a client downloads and what is committed are
+the same bytes (tests/web/test_openapi_served.py).
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+from litestar import Request
+from litestar.openapi.plugins import JsonRenderPlugin
 
 _OWN_PACKAGES = ("registry", "auth", "db")
 _NOT_SERVED = "registry.client"  # the Python client's own result types share names with the server's
@@ -74,3 +80,23 @@ def _keep_formats(litestar_schema: dict[str, Any], schema: dict[str, Any]) -> No
         for branch in [new, *new.get("anyOf", []), *new.get("oneOf", [])]:
             if branch.get("type") == "string":
                 branch["format"] = found
+
+
+def document_bytes(document: dict[str, Any]) -> bytes:
+    """The OpenAPI document as served and committed: strict components, sorted keys, indented."""
+    strict = strict_components(msgspec.to_builtins(document))
+    return msgspec.json.format(msgspec.json.encode(strict, order="sorted"), indent=2) + b"\n"
+
+
+class StrictJsonRenderPlugin(JsonRenderPlugin):
+    """`/schema/openapi.json`: `document_bytes`, rendered once per process (the routes never change
+    after the app is built)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._rendered: bytes | None = None
+
+    def render(self, request: Request, openapi_schema: dict[str, Any]) -> bytes:
+        if self._rendered is None:
+            self._rendered = document_bytes(openapi_schema)
+        return self._rendered

@@ -28,7 +28,7 @@ def test_schemathesis_finds_nothing(live_server, tmp_path):
         "--config-file",
         str(ROOT / "tests" / "schemathesis.toml"),
         "run",
-        str(ROOT / "openapi" / "openapi.json"),
+        f"{base}/schema/openapi.json",  # the served document (the committed one, tests/web/test_openapi_served.py)
         "--url",
         base,
         "--header",
