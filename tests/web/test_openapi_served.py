@@ -13,6 +13,7 @@ from tests.conftest import ROOT
 
 COMMITTED = ROOT / "openapi" / "openapi.json"
 
+
 @pytest.mark.asyncio(loop_scope="session")
 async def test_the_served_document_is_the_committed_one(client):
     response = await client.get("/schema/openapi.json")
