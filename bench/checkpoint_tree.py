@@ -21,6 +21,7 @@ import random
 import secrets
 import statistics
 import time
+from datetime import UTC, datetime
 
 from db import audit as audit_queries
 from db.audit_events import AuditEvent
@@ -88,7 +89,7 @@ async def run(args: argparse.Namespace) -> dict:
             nonlocal statements
             counter.calls, statements = 0, 0
             wall, cpu = time.perf_counter(), time.process_time()
-            await audit_chain.make_checkpoint(conn, keyring, "bench", **extra)
+            await audit_chain.make_checkpoint(conn, keyring, "bench", at=datetime.now(UTC), **extra)
             return {
                 "wall_ms": round((time.perf_counter() - wall) * 1000, 1),
                 "cpu_ms": round((time.process_time() - cpu) * 1000, 1),

@@ -28,6 +28,7 @@ from registry.audit.merkle import HeadTree
 from registry.config import Settings, registry_url
 from registry.core.cache_budget import share
 from registry.core.change_watcher import ChangeWatcher
+from registry.core.clock import Clock
 from registry.core.read_admission import ReadAdmission
 from registry.core.response_cache import ResponseCache
 from registry.core.schema_guard import set_schema_cache_budget
@@ -54,6 +55,8 @@ class Registry:
         read_pool: asyncpg.Pool | None = None,
     ):
         self.settings = settings
+        # The one clock of every time rule (registry.core.clock); tests step a SteppedClock.
+        self.clock: Clock = Clock()
         self.pool = pool
         # Anonymous and ranked reads: their own connections, admitted or shed (registry.core.read_admission).
         self.reads = ReadAdmission(
@@ -113,6 +116,7 @@ class Registry:
     async def refresh_keyring(self, *, force: bool = False) -> None:
         """Reload keys (another replica may have rotated); at most every few seconds unless forced."""
         async with self._keyring_lock:
+            # Keyring stamps loaded_at on the system's monotonic clock (auth.keys): a reload throttle, not a rule.
             if not force and time.monotonic() - self.keyring.loaded_at < _KEYRING_REFRESH_SECONDS:
                 return
             self.keyring = await load_keyring(self.pool)

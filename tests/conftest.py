@@ -239,6 +239,17 @@ async def world(client, mint, tenant, other_tenant) -> str:
 
 
 @pytest.fixture
+def clock(registry):
+    """The app's one clock (registry.core.clock) as a SteppedClock from now: a test moves time with
+    `clock.advance(seconds)` instead of sleeping; the system clock is back afterwards."""
+    from registry.core.clock import SteppedClock
+
+    system, registry.clock = registry.clock, SteppedClock()
+    yield registry.clock
+    registry.clock = system
+
+
+@pytest.fixture
 def tenant() -> str:
     return "t" + secrets.token_hex(5)
 
@@ -269,17 +280,26 @@ def capreg(env: dict, *args: str, check: bool = True) -> subprocess.CompletedPro
     return result
 
 
-def start_server(home: Path, database_url: str | None, port: int | None = None):
-    """`capreg serve` as a process; returns (process, base_url, env) once /readyz answers 200."""
+def start_server(
+    home: Path,
+    database_url: str | None,
+    port: int | None = None,
+    *,
+    settings: dict[str, str] | None = None,
+    log_name: str = "serve.log",
+):
+    """`capreg serve` as a process, the one way the tests start one; returns (process, base_url, env)
+    once /readyz answers 200. `settings`: CAPREG_* variables for this server (CAPREG_WORKERS among
+    them); its output goes to `home / log_name`, shown when it fails to start."""
     port = port or free_port()
-    env = {**os.environ, "CAPREG_HOME": str(home), "CAPREG_PORT": str(port)}
+    env = {**os.environ, "CAPREG_HOME": str(home), "CAPREG_PORT": str(port), **(settings or {})}
     # One worker unless a test sets CAPREG_WORKERS: what these tests check of one process (its caches,
     # its memory) does not depend on the machine's cores; CI's wheel install serves with the default.
     env.setdefault("CAPREG_WORKERS", "1")
     env.pop("DATABASE_URL", None)
     if database_url:
         env["DATABASE_URL"] = database_url
-    log_path = home / "serve.log"
+    log_path = home / log_name
     with log_path.open("w") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "registry.cli", "serve"], env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT

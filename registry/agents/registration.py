@@ -8,7 +8,7 @@ worker process (registry.core.bounded_work, `prepare_registration`, `compare_ver
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -248,6 +248,7 @@ async def apply_registration(
     trace_id: str | None,
     request_id: str | None = None,
     max_agents: int = 0,
+    now: datetime,
 ) -> RegistrationResult:
     """Write a prepared registration as one write of a group commit (db.group_commit): raises
     ProblemError on a conflict or a bound passed, and its savepoint rolls back with nothing applied.
@@ -389,7 +390,7 @@ async def apply_registration(
         bound_errors = agent_bound_errors(stored_sizes, rows)
         if bound_errors:
             raise invalid_request("the agent would hold more than an agent may", bound_errors)
-    await capability_queries.insert_versions(conn, rows, now=datetime.now(UTC), stored=stored_versions)
+    await capability_queries.insert_versions(conn, rows, now=now, stored=stored_versions)
     for skill in new_skills:
         version_ref = capability_ref(tenant, agent_id, skill.skill.id, skill.skill.version)
         published_event = event("version.published", version_ref, sorted(set(skill.skill.scopes)))

@@ -8,9 +8,8 @@ db/capabilities.py.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -100,6 +99,7 @@ async def register(
                 trace_id=trace_id,
                 request_id=request_id,
                 max_agents=registry.settings.max_agents_per_tenant,
+                now=registry.clock.now(),
             )
         )
     except (
@@ -147,7 +147,7 @@ class _AgentSnapshot(msgspec.Struct):
 
 
 async def _snapshot(registry: Registry, tenant: str, agent_id: str, *, detail: bool) -> _AgentSnapshot | None:
-    now = datetime.now(UTC)
+    now = registry.clock.now()
     async with registry.pool.acquire() as conn:
         seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
         agent = await agent_queries.get_agent(conn, tenant, agent_id)
@@ -168,7 +168,7 @@ def _view_entry(registry: Registry, snapshot: _AgentSnapshot) -> CachedResponse:
         body=body,
         etag=etag_of(body),
         seq=snapshot.seq,
-        expires=expiry(time.monotonic(), snapshot.now, [snapshot.next_effective, first_lapse]),
+        expires=expiry(registry.clock.monotonic(), snapshot.now, [snapshot.next_effective, first_lapse]),
         extra=(agent["visibility"], tuple(agent["shared_with"])),
     )
     registry.responses.put(("agent-view", agent["tenant"], agent["agent_id"]), entry, registry.watcher.cache_seq())
@@ -181,7 +181,9 @@ async def agent_view_entry(registry: Registry, tenant: str, agent_id: str) -> Ca
     when the agent's first live lease lapses or a version becomes effective. A new instance of an
     already healthy agent is not a change, so `liveInstances` may lag by the cache's max age.
     Visibility is the caller's to check (`visible_view`): the entry is the same for everyone."""
-    entry = registry.responses.get(("agent-view", tenant, agent_id), registry.watcher.cache_seq(), time.monotonic())
+    entry = registry.responses.get(
+        ("agent-view", tenant, agent_id), registry.watcher.cache_seq(), registry.clock.monotonic()
+    )
     if entry is not None:
         return entry
     snapshot = await _snapshot(registry, tenant, agent_id, detail=False)
@@ -228,7 +230,7 @@ async def _card_entry(registry: Registry, snapshot: _AgentSnapshot, *, base_url:
         body=body,
         etag=etag_of(body),
         seq=snapshot.seq,
-        expires=expiry(time.monotonic(), snapshot.now, [snapshot.next_effective]),
+        expires=expiry(registry.clock.monotonic(), snapshot.now, [snapshot.next_effective]),
         extra=(agent["visibility"], tuple(agent["shared_with"])),
     )
     registry.responses.put(key, entry, registry.watcher.cache_seq())
@@ -240,7 +242,9 @@ async def public_card_entry(
 ) -> CachedResponse | None:
     """The encoded, signed public card of an agent whoever may see it (None: no such agent), from
     the per-process cache; visibility is the caller's to check (`visible_card`)."""
-    entry = registry.responses.get(_card_key(registry, base_url, jku), registry.watcher.cache_seq(), time.monotonic())
+    entry = registry.responses.get(
+        _card_key(registry, base_url, jku), registry.watcher.cache_seq(), registry.clock.monotonic()
+    )
     if entry is not None:
         return entry
     snapshot = await _snapshot(registry, tenant, agent_id, detail=True)
@@ -279,7 +283,7 @@ async def skill_versions(
     ):
         raise refused(not_found("agent"))
     rows = await capability_queries.skill_versions(registry.pool, tenant, agent_id, skill_id)
-    now = datetime.now(UTC)
+    now = registry.clock.now()
     candidates_shown = sees_candidates(caller, tenant)
     items = [
         public_capability(r)

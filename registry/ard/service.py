@@ -12,9 +12,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import ipaddress
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Literal, TypedDict, TypeVar
 from urllib.parse import urlsplit
 
@@ -469,7 +468,7 @@ async def cached_answer(registry: Registry, key: tuple, compute: Callable[[], Aw
     bytes) from the per-process response cache (exact: registry.core.response_cache), else computed
     once for everyone asking it at the same moment (registry.core.read_admission.ReadAdmission.once)."""
     seq = registry.watcher.cache_seq()
-    entry = registry.responses.get(key, seq, time.monotonic())
+    entry = registry.responses.get(key, seq, registry.clock.monotonic())
     if entry is not None:
         return entry
     return await registry.reads.once(key, seq, lambda: _computed(registry, key, compute))
@@ -479,8 +478,8 @@ async def _computed(registry: Registry, key: tuple, compute: Callable[[], Awaita
     answer = await compute()
     body = _encoder.encode(answer.body)
     expires = expiry(
-        time.monotonic(),
-        datetime.now(UTC),
+        registry.clock.monotonic(),
+        registry.clock.now(),
         answer.boundaries,
         max_age=1.0 if answer.short else DEFAULT_MAX_AGE,
     )
@@ -494,7 +493,7 @@ async def _snapshot(registry: Registry) -> AsyncIterator[tuple[asyncpg.Connectio
     """One read-only snapshot, so a page and its entries come from the same moment (the data's, and
     `now`, the one the queries decide what is in force at); with the change sequence and the next
     effective moment read first (db.capabilities.snapshot_bounds)."""
-    now = datetime.now(UTC)
+    now = registry.clock.now()
     async with registry.reads.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
         yield conn, seq, [next_effective], now

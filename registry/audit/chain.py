@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -286,7 +286,7 @@ async def _scan_chains(
 
 
 async def make_checkpoint(
-    conn: asyncpg.Connection, keyring, issuer: str, *, tree: merkle.HeadTree | None = None
+    conn: asyncpg.Connection, keyring, issuer: str, *, at: datetime, tree: merkle.HeadTree | None = None
 ) -> Checkpoint:
     """Sign the Merkle root over every chain head, after checking each chain's entries written since
     the previous checkpoint (only those: the cost follows what is new, not the log's length).
@@ -320,7 +320,6 @@ async def make_checkpoint(
         await _check_moved_chains(conn, before, heads_now, anchor)
         # seq and hash: the newest entry covered (the old chain's head while no tenant chain has one).
         newest_seq, newest_hash = max(((h[3], h[2]) for h in heads), default=(anchor_seq, anchor))
-        at = datetime.now(UTC)
         claims = checkpoint_claims(
             issuer=issuer, seq=newest_seq, hash=newest_hash, at=at, root=root, chains=len(heads_now)
         )
@@ -462,7 +461,7 @@ async def sign_checkpoint_now(registry: Registry) -> Checkpoint:
     try:
         async with registry.pool.acquire() as conn:
             return await make_checkpoint(
-                conn, registry.keyring, registry.settings.issuer, tree=registry.checkpoint_tree
+                conn, registry.keyring, registry.settings.issuer, at=registry.clock.now(), tree=registry.checkpoint_tree
             )
     except ChainBroken as exc:
         raise ProblemError(
@@ -501,7 +500,11 @@ async def checkpoint_periodically(registry: Registry, interval: float) -> None:
             await registry.refresh_keyring()
             async with registry.pool.acquire() as conn:
                 checkpoint = await make_checkpoint(
-                    conn, registry.keyring, registry.settings.issuer, tree=registry.checkpoint_tree
+                    conn,
+                    registry.keyring,
+                    registry.settings.issuer,
+                    at=registry.clock.now(),
+                    tree=registry.checkpoint_tree,
                 )
             if checkpoint.seq == 0:
                 delay = min(interval, FIRST_EVENTS_POLL_SECONDS)

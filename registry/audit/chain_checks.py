@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
@@ -64,9 +63,8 @@ class ChainChecks:
         self.answers: OrderedDict[str, ChainVerification] = OrderedDict()
         self.callers: OrderedDict[tuple, float] = OrderedDict()
 
-    def throttled(self, key: tuple, interval: float) -> bool:
+    def throttled(self, key: tuple, interval: float, now: float) -> bool:
         """True when `key` had a fresh check less than `interval` seconds ago (else records one now)."""
-        now = time.monotonic()
         last = self.callers.get(key)
         if last is not None and now - last < interval:
             return True
@@ -88,7 +86,10 @@ async def verify_chain(registry: Registry, caller: Caller) -> ChainVerification:
     checks: ChainChecks = registry.chain_checks
     chain = caller.tenant
     key = (caller.issuer, caller.tenant, caller.sub)
-    if checks.throttled(key, registry.settings.chain_check_interval) and chain in checks.answers:
+    if (
+        checks.throttled(key, registry.settings.chain_check_interval, registry.clock.monotonic())
+        and chain in checks.answers
+    ):
         return checks.answers[chain]
     running = checks.running.get(chain)
     if running is None or running.done():

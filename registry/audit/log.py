@@ -5,7 +5,7 @@ registry/tickets/grants.py; chain verification and checkpoints are registry/audi
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Annotated
 
 import msgspec
@@ -85,7 +85,7 @@ async def hourly_outcomes(registry: Registry, tenant: str, query: EventQuery) ->
     if until_at:
         end = _hour_floor(until_at, up=True, name="until")
     else:
-        end = _hour_floor(datetime.now(UTC)) + timedelta(hours=1)
+        end = _hour_floor(registry.clock.now()) + timedelta(hours=1)
     since_at = parse_date_time("since", query.since)
     start = _hour_floor(since_at) if since_at else shifted("until", end, timedelta(hours=-24))
     if end - start > timedelta(hours=MAX_HOURS):

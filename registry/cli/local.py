@@ -11,7 +11,7 @@ import os
 import shutil
 import sys
 import tempfile
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import msgspec
@@ -237,7 +237,7 @@ def cmd_audit_checkpoint(args: argparse.Namespace, settings: Settings) -> int:
     from registry.core.signing_keys import load_keyring
 
     async def work(conn):
-        return await make_checkpoint(conn, await load_keyring(conn), settings.issuer)
+        return await make_checkpoint(conn, await load_keyring(conn), settings.issuer, at=datetime.now(UTC))
 
     try:
         checkpoint = asyncio.run(_with_database(settings, work))

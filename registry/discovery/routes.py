@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Literal
 
 from litestar import Request, Response, get
@@ -45,7 +44,7 @@ async def _answer_from_cache(request: Request) -> Response | None:
     registry = registry_of(request)
     viewer = await _viewer(request)
     entry = registry.responses.get(
-        ("raw", viewer, request.scope["query_string"]), registry.watcher.cache_seq(), time.monotonic()
+        ("raw", viewer, request.scope["query_string"]), registry.watcher.cache_seq(), registry.clock.monotonic()
     )
     return _cached_answer(request, entry, viewer) if entry is not None else None
 

@@ -9,8 +9,7 @@ gated can leak through discovery by construction.
 from __future__ import annotations
 
 import re
-import time
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import asyncpg
@@ -239,7 +238,7 @@ async def discovery_page(registry: Registry, viewer: str | None, query: Discover
     query = await normalized(registry, query)
     key = ("discover", viewer, *msgspec.structs.astuple(query))
     seq = registry.watcher.cache_seq()
-    entry = registry.responses.get(key, seq, time.monotonic())
+    entry = registry.responses.get(key, seq, registry.clock.monotonic())
     if entry is None:
         # Identical cold questions asked together are answered by one query (read_admission.once).
         entry = await registry.reads.once(key, seq, lambda: _query_page(registry, viewer, query))
@@ -267,14 +266,14 @@ async def normalized(registry: Registry, query: DiscoveryQuery) -> DiscoveryQuer
 
 async def _known_regions(registry: Registry) -> frozenset[str]:
     """The regions capabilities list, cached on the terms of every other entry (one change sequence)."""
-    entry = registry.responses.get(("known-regions",), registry.watcher.cache_seq(), time.monotonic())
+    entry = registry.responses.get(("known-regions",), registry.watcher.cache_seq(), registry.clock.monotonic())
     if entry is not None:
         return entry.extra
-    now = datetime.now(UTC)
+    now = registry.clock.now()
     async with registry.reads.connection() as conn:
         seq, _ = await capability_queries.snapshot_bounds(conn, now=now)
         regions = await capability_queries.known_regions(conn)
-    expires = expiry(time.monotonic(), now, [])
+    expires = expiry(registry.clock.monotonic(), now, [])
     registry.responses.put(
         ("known-regions",),
         CachedResponse(body=b"", etag="", seq=seq, expires=expires, extra=regions),
@@ -289,7 +288,7 @@ async def _query_page(registry: Registry, viewer: str | None, query: DiscoveryQu
     if query.q:
         return await _ranked_page(registry, viewer, query, rank)
     after = decode_cursor(query.cursor, tuple[str, str, str, str]) if query.cursor else None
-    now = datetime.now(UTC)
+    now = registry.clock.now()
     async with registry.reads.connection() as conn:
         seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
         rows = await capability_queries.discover(
@@ -310,7 +309,7 @@ async def _query_page(registry: Registry, viewer: str | None, query: DiscoveryQu
         )
     page = rows[: query.limit]
     next_cursor = page_cursor(page[-1]) if len(rows) > query.limit else None
-    return _encoded_page(page, next_cursor, seq, next_effective, now)
+    return _encoded_page(registry, page, next_cursor, seq, next_effective, now)
 
 
 def search_filters(query: DiscoveryQuery, side_effect_max: int | None) -> ranking.SearchFilters:
@@ -334,7 +333,7 @@ async def _ranked_page(
     """A page of a discovery question with `q`: best first (registry.discovery.ranking), cursors in that order."""
     assert query.q
     after = ranking.decode_position(query.cursor) if query.cursor else None
-    now = datetime.now(UTC)
+    now = registry.clock.now()
     async with registry.reads.connection() as conn:
         seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
         ranked = await ranking.rank(
@@ -349,17 +348,22 @@ async def _ranked_page(
         )
     page = [r.row for r in ranked[: query.limit]]
     next_cursor = ranking.encode_position(ranked[query.limit - 1].position) if len(ranked) > query.limit else None
-    return _encoded_page(page, next_cursor, seq, next_effective, now)
+    return _encoded_page(registry, page, next_cursor, seq, next_effective, now)
 
 
 def _encoded_page(
-    page: list[asyncpg.Record], next_cursor: str | None, seq: int, next_effective: Any, now: datetime
+    registry: Registry,
+    page: list[asyncpg.Record],
+    next_cursor: str | None,
+    seq: int,
+    next_effective: Any,
+    now: datetime,
 ) -> CachedResponse:
     body = _encoder.encode(DiscoveryPage(items=[public_capability(r) for r in page], next_cursor=next_cursor))
     # liveInstances drops when a lease lapses, and health flips at the last: the page is good until the first such moment.
     boundaries = [r["lease_until"] for r in page]
     boundaries.append(next_effective)
-    expires = expiry(time.monotonic(), now, boundaries)
+    expires = expiry(registry.clock.monotonic(), now, boundaries)
     return CachedResponse(body=body, etag=etag_of(body), seq=seq, expires=expires)
 
 
@@ -382,11 +386,11 @@ class ChangePage(Wire):
 async def change_page(registry: Registry, viewer: str | None, *, after: int, wait: float, limit: int) -> ChangePage:
     """Committed changes after `after` on records `viewer` may see, waiting up to `wait` seconds for
     one when there is none yet."""
-    deadline = time.monotonic() + wait
+    deadline = registry.clock.monotonic() + wait
     while True:
         head = await change_queries.current_seq(registry.pool)
         rows = await change_queries.changes_after(
-            registry.pool, after, tenant=viewer, limit=limit, upto=head, now=datetime.now(UTC)
+            registry.pool, after, tenant=viewer, limit=limit, upto=head, now=registry.clock.now()
         )
         if rows:
             # A full page continues after its last item; otherwise everything up to head was seen,
@@ -394,7 +398,7 @@ async def change_page(registry: Registry, viewer: str | None, *, after: int, wai
             next_seq = rows[-1]["seq"] if len(rows) == limit else head
             return ChangePage(items=[Change(**dict(r)) for r in rows], next=next_seq)
         after = max(after, head)
-        remaining = deadline - time.monotonic()
+        remaining = deadline - registry.clock.monotonic()
         if remaining <= 0:
             return ChangePage(items=[], next=after)
         await registry.watcher.wait(min(remaining, 1.0))

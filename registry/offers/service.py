@@ -16,10 +16,9 @@ Every request, cached or not, writes its `offer.made` events before the answer l
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any
 
 import msgspec
@@ -370,16 +369,16 @@ async def eligible(registry: Registry, caller: Caller, body: OfferRequest, rank:
     region or status change, an agent coming alive all advance it; until the first version that
     becomes effective and the first lease that lapses among the candidates; 10 s at most)."""
     key = _cache_key(caller, body, rank)
-    entry = registry.release_cache.get(key, registry.watcher.cache_seq(), time.monotonic())
+    entry = registry.release_cache.get(key, registry.watcher.cache_seq(), registry.clock.monotonic())
     if entry is not None:
         return entry.extra
-    now = datetime.now(UTC)
+    now = registry.clock.now()
     matches, seq, next_effective = await registry.reads.once(
         key, registry.watcher.cache_seq(), lambda: _matches(registry, caller, body, rank, now)
     )
     decided = decide_candidates(caller, matches, region=body.region, keep=KEEP)
     boundaries = [next_effective, *(row["lease_until"] for row, _, _ in matches)]
-    expires = expiry(time.monotonic(), now, boundaries)
+    expires = expiry(registry.clock.monotonic(), now, boundaries)
     registry.release_cache.put(
         key, CachedResponse(body=b"", etag="", seq=seq, expires=expires, extra=decided), registry.watcher.cache_seq()
     )
@@ -426,7 +425,7 @@ async def _chosen(
     loads are then as old as detail release's."""
     key = (*_cache_key(caller, body, rank), body.limit)
     seq = registry.watcher.cache_seq()
-    entry = registry.release_cache.get(("placed", key), seq, time.monotonic())
+    entry = registry.release_cache.get(("placed", key), seq, registry.clock.monotonic())
     if entry is not None:
         return entry.extra.offers, Counter(entry.extra.excluded)
     decided = await eligible(registry, caller, body, rank)
@@ -434,13 +433,13 @@ async def _chosen(
     chosen = await _placed(registry, decided, body.limit, excluded)
     if len(chosen) < body.limit and not decided.complete:
         # Instances lapsed among the kept candidates: decide afresh over all of them, uncached.
-        matches, _, _ = await _matches(registry, caller, body, rank, datetime.now(UTC))
+        matches, _, _ = await _matches(registry, caller, body, rank, registry.clock.now())
         decided = decide_candidates(caller, matches, region=body.region)
         excluded = Counter(decided.excluded)
         chosen = await _placed(registry, decided, body.limit, excluded)
     if seq is not None:  # the instances were read after `seq` was known: at least that new
         leases = [instance["expires_at"] for _, instance in chosen]
-        expires = expiry(time.monotonic(), datetime.now(UTC), leases, max_age=LEASES_MAX_AGE)
+        expires = expiry(registry.clock.monotonic(), registry.clock.now(), leases, max_age=LEASES_MAX_AGE)
         registry.release_cache.put(
             ("placed", key),
             CachedResponse(body=b"", etag="", seq=seq, expires=expires, extra=_Chosen(chosen, dict(excluded))),

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from datetime import UTC, datetime
 
 from db import housekeeping as queries
 
@@ -22,10 +20,10 @@ async def run_housekeeping(registry) -> None:
     while True:
         try:
             async with registry.pool.acquire() as conn:
-                await queries.announce_effective(conn, now=datetime.now(UTC))
-                if time.monotonic() >= next_prune:
+                await queries.announce_effective(conn, now=registry.clock.now())
+                if registry.clock.monotonic() >= next_prune:
                     keys, approvals = await queries.prune(conn, registry.settings.retention_days)
-                    next_prune = time.monotonic() + PRUNE_SECONDS
+                    next_prune = registry.clock.monotonic() + PRUNE_SECONDS
                     leases = await queries.prune_leases(conn)
                     if keys or approvals or leases:
                         log.info(

@@ -23,7 +23,7 @@ Decisions docs/api.md#version-selection and #release-audit record:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 import msgspec
@@ -272,7 +272,7 @@ async def resolve_version(
     agent = skill.agent
     if agent is None:
         return None
-    chosen = choose_version(skill.versions, wanted, now=datetime.now(UTC))
+    chosen = choose_version(skill.versions, wanted, now=registry.clock.now())
     if chosen is None:
         return None
     return Released(cap=chosen[0], row=chosen[1], agent=agent)
@@ -379,7 +379,7 @@ async def extended_card(
             trace_id=trace_id,
         )
     rows = await capability_queries.latest_per_skill(
-        registry.pool, tenant, agent_id, now=datetime.now(UTC), detail=True
+        registry.pool, tenant, agent_id, now=registry.clock.now(), detail=True
     )
     passed, events = [], []
     for row in rows:

@@ -9,8 +9,6 @@ statement; a ticket, which releases no instance, never reads them."""
 
 from __future__ import annotations
 
-import time
-from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -45,16 +43,16 @@ async def skill_record(registry: Registry, tenant: str, agent_id: str, skill_id:
     sequence, so a cached entry never outlives them), else from the database. Their lease-derived
     fields (health, live instances) are as of the read: `leases` has the current ones."""
     key = (tenant, agent_id, skill_id)
-    entry = registry.release_cache.get(key, registry.watcher.cache_seq(), time.monotonic())
+    entry = registry.release_cache.get(key, registry.watcher.cache_seq(), registry.clock.monotonic())
     if entry is not None:
         return entry.extra
-    now = datetime.now(UTC)
+    now = registry.clock.now()
     async with registry.pool.acquire() as conn:
         seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
         agent = await agent_queries.get_agent(conn, tenant, agent_id)
         rows = await capability_queries.skill_versions(conn, tenant, agent_id, skill_id, detail=True) if agent else []
     record = SkillRecord(agent=agent, versions=[(capability_version(row), row) for row in rows])
-    expires = expiry(time.monotonic(), now, [next_effective], max_age=DEFAULT_MAX_AGE)
+    expires = expiry(registry.clock.monotonic(), now, [next_effective], max_age=DEFAULT_MAX_AGE)
     registry.release_cache.put(
         key, CachedResponse(body=b"", etag="", seq=seq, expires=expires, extra=record), registry.watcher.cache_seq()
     )
@@ -66,13 +64,13 @@ async def leases(registry: Registry, tenant: str, agent_id: str) -> Leases:
     last committed change: a health flip advances the change sequence)."""
     key = ("leases", tenant, agent_id)
     seq = registry.watcher.cache_seq()
-    entry = registry.release_cache.get(key, seq, time.monotonic())
+    entry = registry.release_cache.get(key, seq, registry.clock.monotonic())
     if entry is not None:
         return entry.extra
     instances, count, health = await agent_queries.lease_snapshot(registry.pool, tenant, agent_id)
     found = Leases(instances=instances, instance_count=count, health=health)
     if seq is not None:  # read after `seq` was known: at least that new
-        expires = time.monotonic() + LEASES_MAX_AGE
+        expires = registry.clock.monotonic() + LEASES_MAX_AGE
         registry.release_cache.put(
             key, CachedResponse(body=b"", etag="", seq=seq, expires=expires, extra=found), registry.watcher.cache_seq()
         )

@@ -11,7 +11,6 @@ else is written) before its error is raised; a grant's `ticket.granted` commits 
 from __future__ import annotations
 
 import hashlib
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -228,17 +227,17 @@ async def verified_ticket(registry: Registry, token: str) -> TicketClaims:
     the same ticket on every call, and an EdDSA verification costs more than the rest of the check.
     Revocation and retirement are not cached: callers check them in the database every time.
     """
-    now = time.time()
+    now = registry.clock.epoch()
     cached = registry.verified.get(token, "ticket", now, registry.verifier.key_present)
     if cached is not None:
         return cached
     try:
-        claims = verify_ticket(token, registry.keyring, issuer=registry.settings.issuer)
+        claims = verify_ticket(token, registry.keyring, issuer=registry.settings.issuer, now=now)
     except InvalidTicket as exc:
         if not exc.unknown_kid:
             raise
         await registry.refresh_keyring()
-        claims = verify_ticket(token, registry.keyring, issuer=registry.settings.issuer)
+        claims = verify_ticket(token, registry.keyring, issuer=registry.settings.issuer, now=now)
     registry.verified.put(
         token,
         "ticket",
@@ -296,7 +295,7 @@ async def evaluate(
     registry: Registry, caller: Caller, req: TicketRequest, parent_token: str | None, *, trace_id: str | None
 ) -> Plan:
     """Every check of a ticket request, in the order of docs/api.md#request-a-ticket; a refusal is audited, then raised."""
-    now = int(time.time())
+    now = int(registry.clock.epoch())
     tenant, _, agent_id = req.audience.partition("/")  # validated: `tenant/agentId`
     requested_ref = capability_ref(tenant, agent_id, req.skill, req.version)
     context = DenialContext(
@@ -482,7 +481,7 @@ async def mint(
         "resources": list(grant.resources),
         "depth": grant.depth,
         "max_depth": grant.max_depth,
-        "issued_at": datetime.now(UTC),
+        "issued_at": registry.clock.now(),
         "expires_at": _at(grant.exp),
         "act": grant.act,
         "kid": keyring.signing_kid,

@@ -5,7 +5,7 @@ notification, and audited (allowed or denied). The SQL is db/capabilities.py."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import datetime
 
 import msgspec
 
@@ -75,7 +75,7 @@ async def retire(registry: Registry, caller: Caller, key: VersionKey, *, trace_i
         if status == "retired":
             return False  # retiring twice changes nothing
         await capability_queries.retire_version(
-            conn, key.tenant, key.agent_id, key.skill_id, key.version, now=datetime.now(UTC)
+            conn, key.tenant, key.agent_id, key.skill_id, key.version, now=registry.clock.now()
         )
         return True
 

@@ -7,7 +7,7 @@ db/replays.py.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 import msgspec
@@ -157,7 +157,7 @@ async def submit(
         )
         if not failures:
             await capability_queries.release_candidate(
-                scope.conn, tenant, agent_id, skill_id, version, now=datetime.now(UTC)
+                scope.conn, tenant, agent_id, skill_id, version, now=registry.clock.now()
             )
             scope.change(PUBLISHED, tenant, agent_id, ref)  # announced now, as if published now
 

@@ -25,7 +25,7 @@ _BEARER = "bearer"
 async def verify(registry: Registry, token: str) -> Caller:
     """The caller a bearer token names; InvalidToken otherwise."""
     try:
-        return registry.verifier.verify(token)
+        return registry.verifier.verify(token, now=registry.clock.epoch())
     except InvalidToken as exc:
         if exc.reason != "unknown_key":
             raise
@@ -38,7 +38,7 @@ async def verify(registry: Registry, token: str) -> Caller:
         await registry.refresh_keyring()
     elif isinstance(iss, str):
         await registry.issuer_keys.unknown_kid(iss)
-    return registry.verifier.verify(token)
+    return registry.verifier.verify(token, now=registry.clock.epoch())
 
 
 async def caller_of_header(registry: Registry, header: str | None, state: dict) -> Caller | None:

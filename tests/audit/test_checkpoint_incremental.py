@@ -7,6 +7,7 @@ naming the chain), and a chain longer than a group is streamed on its own. A thr
 from __future__ import annotations
 
 import random
+from datetime import UTC, datetime
 
 import pytest
 
@@ -59,7 +60,7 @@ async def test_every_checkpoint_signs_the_from_scratch_root_and_proofs_lead_to_i
         await _append(log, moved, per_chain=rng.choice([1, 2, 9]))  # 9 > the group size: streamed
         if round_ % 3 == 2:
             await _append(log, tenants[25 + round_ : 27 + round_])  # new chains, anywhere in the order
-        checkpoint = await make_checkpoint(log, keyring, "capreg", tree=tree)
+        checkpoint = await make_checkpoint(log, keyring, "capreg", at=datetime.now(UTC), tree=tree)
         heads = await _heads(log)
         assert checkpoint.root == merkle.heads_root(heads).hex() and checkpoint.chains == len(heads)
         stored = await checkpoint_queries.latest_checkpoint(log, with_heads=True)
@@ -85,20 +86,20 @@ async def test_a_break_in_any_moved_chain_refuses_the_checkpoint_and_names_it(lo
     tree = merkle.HeadTree()
     tenants = [f"t{n:03d}" for n in range(12)]
     await _append(log, tenants, per_chain=2)
-    first = await make_checkpoint(log, keyring, "capreg", tree=tree)
+    first = await make_checkpoint(log, keyring, "capreg", at=datetime.now(UTC), tree=tree)
     await _append(log, tenants[3:9], per_chain=per_chain)
     await _tamper(
         log, f"UPDATE audit_events SET actor = 'someone' WHERE chain = 't006' AND chain_seq = {2 + per_chain}"
     )
     with pytest.raises(ChainBroken) as refused:
-        await make_checkpoint(log, keyring, "capreg", tree=tree)
+        await make_checkpoint(log, keyring, "capreg", at=datetime.now(UTC), tree=tree)
     assert refused.value.breach.chain == "t006" and refused.value.breach.chain_seq == 2 + per_chain
     assert (await checkpoint_queries.latest_checkpoint(log))["root"] == first.root  # nothing signed
     # The signed head itself rewritten: the chain no longer extends the last checkpoint.
     await _tamper(log, "UPDATE audit_events SET hash = repeat('e', 64) WHERE chain = 't004' AND chain_seq = 2")
     await _tamper(log, f"UPDATE audit_events SET actor = NULL WHERE chain = 't006' AND chain_seq = {2 + per_chain}")
     with pytest.raises(ChainBroken) as refused:
-        await make_checkpoint(log, keyring, "capreg", tree=tree)
+        await make_checkpoint(log, keyring, "capreg", at=datetime.now(UTC), tree=tree)
     assert refused.value.breach.chain == "t004" and "no longer contains" in refused.value.breach.problem
 
 
@@ -106,11 +107,13 @@ async def test_a_fresh_tree_and_a_kept_one_sign_the_same(log):
     keyring = await load_keyring(log)
     kept = merkle.HeadTree()
     await _append(log, [f"t{n}" for n in range(30)])
-    await make_checkpoint(log, keyring, "capreg", tree=kept)
+    await make_checkpoint(log, keyring, "capreg", at=datetime.now(UTC), tree=kept)
     await _append(log, ["t3", "t17"])
-    signed = await make_checkpoint(log, keyring, "capreg", tree=kept)
+    signed = await make_checkpoint(log, keyring, "capreg", at=datetime.now(UTC), tree=kept)
     assert signed.root == merkle.heads_root(await _heads(log)).hex()
-    assert (await make_checkpoint(log, keyring, "capreg")).root == signed.root  # the CLI's way: no tree kept
+    assert (
+        await make_checkpoint(log, keyring, "capreg", at=datetime.now(UTC))
+    ).root == signed.root  # the CLI's way: no tree kept
 
 
 async def test_operator_verify_ignores_entries_written_after_it_read_the_heads(log, monkeypatch):

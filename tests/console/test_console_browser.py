@@ -15,6 +15,7 @@ import re
 import secrets
 import shutil
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -92,7 +93,9 @@ class Server:
         """Sign the chain head now (as the server's checkpoint writer does); returns its seq."""
         conn = await connect(self.database_url)
         try:
-            signed = await make_checkpoint(conn, await load_keyring(conn), os.environ.get("CAPREG_ISSUER", "capreg"))
+            signed = await make_checkpoint(
+                conn, await load_keyring(conn), os.environ.get("CAPREG_ISSUER", "capreg"), at=datetime.now(UTC)
+            )
         finally:
             await conn.close()
         return signed.seq
