@@ -87,3 +87,44 @@ CORPUS = {
         ),
     ),
 }
+
+
+class QueryWork:
+    """What ranked questions cost, counted rather than timed: each engine proposal's size and the
+    pages of candidates the database checked."""
+
+    def __init__(self) -> None:
+        self.proposals: list[int] = []
+        self.checked_pages = 0
+
+    def bounded(self) -> bool:
+        """Within the engine's depth and the pages that depth can fill, whatever the question."""
+        from registry.discovery.ranking import CHECK_SLACK
+        from registry.search.engine import MEANING_DEPTH, WORD_DEPTH
+
+        depth = WORD_DEPTH + MEANING_DEPTH
+        return all(n <= depth for n in self.proposals) and self.checked_pages <= len(self.proposals) * (
+            -(-depth // (1 + CHECK_SLACK)) + 1
+        )
+
+
+def count_query_work(monkeypatch) -> QueryWork:
+    """Count the work of the ranked questions asked from here on (in-process app)."""
+    from db import ranked_search
+    from registry.search.engine import SearchIndex
+
+    work = QueryWork()
+    propose, checked_page = SearchIndex.propose, ranked_search.checked_page
+
+    def counted_propose(self, words, where):
+        hits = propose(self, words, where)
+        work.proposals.append(len(hits))
+        return hits
+
+    async def counted_checked_page(*args, **kwargs):
+        work.checked_pages += 1
+        return await checked_page(*args, **kwargs)
+
+    monkeypatch.setattr(SearchIndex, "propose", counted_propose)
+    monkeypatch.setattr(ranked_search, "checked_page", counted_checked_page)
+    return work

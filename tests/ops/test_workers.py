@@ -1,17 +1,15 @@
-"""`capreg serve --workers N` as a real process: one scrape of /metrics counts every worker."""
+"""`capreg serve` with two workers (CAPREG_WORKERS) as a real process: one scrape of /metrics counts every worker."""
 
 from __future__ import annotations
 
 import os
 import re
 import shutil
-import subprocess
-import sys
 import time
 
 import httpx
 
-from tests.conftest import ROOT, free_port, server_home, stop_server
+from tests.conftest import server_home, start_server, stop_server
 
 
 def _metric(text: str, pattern: str) -> float:
@@ -19,28 +17,11 @@ def _metric(text: str, pattern: str) -> float:
 
 
 def test_one_scrape_counts_the_requests_of_every_worker(database_url):
-    home, port = server_home(), free_port()
-    env = {**os.environ, "CAPREG_HOME": str(home), "DATABASE_URL": database_url, "CAPREG_POOL_MIN": "2"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "registry.cli", "serve", "--port", str(port), "--workers", "2"],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
+    home = server_home()
+    process, base, _ = start_server(home, database_url, settings={"CAPREG_POOL_MIN": "2", "CAPREG_WORKERS": "2"})
     try:
         # A new connection per request, so that both workers answer some.
         with httpx.Client(base_url=base, timeout=5, limits=httpx.Limits(max_keepalive_connections=0)) as http:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if http.get("/readyz").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline and process.poll() is None, "capreg serve did not start"
-                time.sleep(0.2)
             for _ in range(120):
                 assert http.get("/healthz").status_code == 200
             deadline = time.monotonic() + 10

@@ -188,15 +188,22 @@ def test_a_nested_schema_in_defs_is_refused_with_its_pointer(live):
 def test_a_catastrophic_pattern_property_answers_fast(live):
     schema = {"type": "object", "patternProperties": {"^(a+)+$": {"type": "integer"}}, "additionalProperties": False}
     assert _register(live, "redos", schema).status_code == 201
-    name = "a" * 28 + "!"  # 29 characters: 9 s in Python's re
-    started = time.monotonic()
-    response = _validate(live, "redos", {name: 1, "aaaa": 2})
-    elapsed = time.monotonic() - started
-    assert response.status_code == 200, response.text
-    report = response.json()
+    name = "a" * 28 + "!"  # 29 characters: 9 s in Python's re, each more character doubling it
+
+    def took(key: str) -> float:
+        started = time.monotonic()
+        response = _validate(live, "redos", {key: 1, "aaaa": 2})
+        assert response.status_code == 200, response.text
+        return time.monotonic() - started
+
+    # A ratio within one run, not a threshold: a backtracking engine takes 2**25 times longer on the
+    # 29-character name than on a 4-character one; a linear one about the same (request overhead).
+    short = min(took("aa!") for _ in range(3))
+    long = min(took(name) for _ in range(3))
+    assert long < 50 * short, (long, short)
+    report = _validate(live, "redos", {name: 1, "aaaa": 2}).json()
     assert report["valid"] is True and report["arguments"] == {"aaaa": 2}
     assert [w["path"] for w in report["warnings"]] == [f"/{name}"]
-    assert elapsed < 1.0, elapsed
 
 
 def test_patterns_that_need_backtracking_are_refused(live):
@@ -233,14 +240,12 @@ def _doubling_chain(levels: int) -> dict:
 
 def test_an_exponential_repair_answers_fast_with_valid_false(live):
     assert _register(live, "doubling", _doubling_chain(19)).status_code == 201
-    started = time.monotonic()
     response = _validate(live, "doubling", {})
-    elapsed = time.monotonic() - started
     assert response.status_code == 200, response.text
     report = response.json()
     assert report["valid"] is False
+    # Counted work: the repair stopped at its node budget (2**19 nodes otherwise).
     assert str(MAX_REPAIR_NODES) in report["errors"][0]["message"]
-    assert elapsed < 1.0, elapsed
     # Strict mode repairs nothing: the same schema validates `{}` at once.
     assert _validate(live, "doubling", {}, mode="strict").json()["valid"] is True
 
