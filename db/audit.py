@@ -22,6 +22,11 @@ AUDIT_COLUMNS = (
 # The advisory lock that makes one sequencer step at a time, cluster-wide (any number of processes
 # and replicas run steps; they take turns). A constant of capreg's own ("capreg-audit" in ASCII).
 CHAIN_LOCK = 0x63617072_65672D61
+# A step that holds the turn and then stops talking to the database (its process paused, its event
+# loop blocked) is ended by the server after this long idle in its transaction: its lock goes, its
+# step rolls back with the queue as it was, and every other process's readers and steps go on. A
+# step's statements follow each other within milliseconds, so only a stalled step ever waits so long.
+STALLED_STEP_TIMEOUT = "5s"
 _EVENT_JSON = msgspec.json.Encoder()
 _EVENT_READ = msgspec.json.Decoder(AuditEvent)
 
@@ -48,9 +53,18 @@ async def chain_queued(conn: asyncpg.Connection, *, most: int, wait: bool = True
     the step before it chained and removed, and every event committed before it was asked for). A
     step that fails or is killed leaves the queue as it was."""
     async with conn.transaction():
+        # set_config(..., true): for this transaction only, whatever the pool's connection did before.
         if wait:
-            await conn.execute("SELECT pg_advisory_xact_lock($1)", CHAIN_LOCK)
-        elif not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", CHAIN_LOCK):
+            await conn.execute(
+                "SELECT set_config('idle_in_transaction_session_timeout', $2, true), pg_advisory_xact_lock($1)",
+                CHAIN_LOCK,
+                STALLED_STEP_TIMEOUT,
+            )
+        elif not await conn.fetchval(
+            "SELECT pg_try_advisory_xact_lock($1) FROM set_config('idle_in_transaction_session_timeout', $2, true)",
+            CHAIN_LOCK,
+            STALLED_STEP_TIMEOUT,
+        ):
             return None
         rows = await conn.fetch(
             "DELETE FROM audit_queue WHERE id IN (SELECT id FROM audit_queue ORDER BY id LIMIT $1) "

@@ -7,6 +7,7 @@ process's sequencer takes its turns."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 
@@ -102,3 +103,35 @@ async def test_a_verifier_in_the_window_chains_first_and_sees_every_stored_event
     assert process.returncode == 0, (out + err).decode()
     assert (await audit_queries.queued(pool))[0] == 0
     assert [ref for _, ref in await _chain(pool, "window")] == [f"window/{i}" for i in range(4)]
+
+
+async def test_a_stalled_step_holding_the_turn_is_ended_and_the_others_go_on(own_pool, monkeypatch):
+    """A process paused mid-step (its event loop blocked, as a synchronous test blocks the in-process
+    app's) held the chain lock for as long as it was paused, and every other process's readers waited
+    with it. The server ends such a step after STALLED_STEP_TIMEOUT idle: it rolls back, the queue
+    keeps its events, and the waiting reader chains them."""
+    url, pool = own_pool
+    monkeypatch.setattr(audit_queries, "STALLED_STEP_TIMEOUT", "1s")
+    async with pool.acquire() as conn:
+        await audit_queries.enqueue_events(conn, _events("stall", 3))
+    append_events = audit_queries.append_events
+    never = asyncio.Event()
+
+    async def stalled_append(conn, events, *, at=None):
+        await never.wait()  # the step holds the turn and says nothing more
+
+    monkeypatch.setattr(audit_queries, "append_events", stalled_append)
+    stalled = await pool.acquire()
+    step = asyncio.ensure_future(audit_queries.chain_queued(stalled, most=10))
+    while not await pool.fetchval("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"):
+        await asyncio.sleep(0.01)
+    monkeypatch.setattr(audit_queries, "append_events", append_events)
+    try:
+        await asyncio.wait_for(audit_queries.chain_stored(pool), timeout=60)
+        assert await _chain(pool, "stall") == [(i + 1, f"stall/{i}") for i in range(3)]
+    finally:
+        step.cancel()
+        with contextlib.suppress(BaseException):
+            await step
+        with contextlib.suppress(BaseException):
+            await pool.release(stalled)
