@@ -697,3 +697,7 @@ def check_registration_read(caller: Caller, tenant: str, *, agent_visible: bool)
         message=f"reading a registration needs {AUDIT_READ_SCOPE} or {PUBLISH_SCOPE}",
         missing_scopes=(AUDIT_READ_SCOPE, PUBLISH_SCOPE),
     )
+
+
+# Every registry scope (docs/api.md#scopes), as the protected-resource metadata of /mcp lists them.
+REGISTRY_SCOPES = (READ_SCOPE, PUBLISH_SCOPE, REGISTRY_ADMIN_SCOPE, AUDIT_READ_SCOPE, ATTEST_SCOPE)

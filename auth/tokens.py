@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import OrderedDict
+from datetime import UTC, datetime
 from typing import Any
 
 import jwt
@@ -137,8 +138,13 @@ class TokenVerifier:
         try:
             header = jwt.get_unverified_header(token)
             unverified = jwt.decode(token, options={"verify_signature": False})
-        except jwt.PyJWTError as exc:
-            raise InvalidToken(f"malformed token: {exc}", "malformed") from None
+        except jwt.PyJWTError:
+            # The decoder's own words ("'utf-8' codec can't decode ...") tell a caller nothing to do.
+            raise InvalidToken(
+                "the bearer token is not a JWT (three base64url parts separated by dots): "
+                "get one with capreg token mint or from a trusted issuer",
+                "malformed",
+            ) from None
         typ = _normalized_typ(header)
         if typ == TICKET_TYPE:
             raise InvalidToken("a delegation ticket is not a caller token")
@@ -158,9 +164,15 @@ class TokenVerifier:
             key = trusted.keys.get(kid)
             algorithms = trusted.algorithms
         else:
-            raise InvalidToken("untrusted issuer", "untrusted_issuer")
+            raise InvalidToken(
+                f"the token's issuer {iss!r} is not one capreg trusts: use a token from a trusted issuer",
+                "untrusted_issuer",
+            )
         if key is None:
-            raise InvalidToken("unknown kid", "unknown_key")
+            raise InvalidToken(
+                f"the token's signing key (kid {kid!r}) is not among its issuer's published keys: request a new token",
+                "unknown_key",
+            )
         if header.get("alg") not in algorithms:
             raise InvalidToken("algorithm not allowed")
         try:
@@ -173,15 +185,37 @@ class TokenVerifier:
                 options={"require": REQUIRED_CLAIMS},
                 leeway=5,
             )
-        except jwt.ExpiredSignatureError as exc:
-            raise InvalidToken(str(exc), "expired") from None
         except jwt.PyJWTError as exc:
-            raise InvalidToken(str(exc)) from None
+            raise InvalidToken(*_verification_failure(exc, unverified)) from None
         caller = caller_from_claims(claims, iss)
         if iss != self.issuer and not self.external[iss].speaks_for(caller.tenant):
             # A partner's identity provider speaks for the tenants it was configured for, no others.
             raise InvalidToken(f"issuer {iss} may not speak for tenant {caller.tenant}", "tenant_not_allowed")
         return caller, int(claims["exp"]), kid
+
+
+def _verification_failure(exc: jwt.PyJWTError, unverified: dict) -> tuple[str, str]:
+    """What a failed verification says to the caller (and its metrics reason): what happened and what
+    to do next, never PyJWT's own wording."""
+    if isinstance(exc, jwt.ExpiredSignatureError):
+        exp = unverified.get("exp")
+        when = (
+            datetime.fromtimestamp(exp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            if isinstance(exp, int | float) and not isinstance(exp, bool)
+            else "its exp"
+        )
+        return f"the token expired at {when}: request a new one", "expired"
+    if isinstance(exc, jwt.InvalidSignatureError):
+        return "the token's signature does not verify against its issuer's keys: request a new token", "invalid"
+    if isinstance(exc, jwt.InvalidAudienceError):
+        return "the token is not meant for capreg (its aud is not this registry's audience)", "invalid"
+    if isinstance(exc, jwt.ImmatureSignatureError):
+        return "the token is not valid yet (its nbf or iat is in the future): check the issuer's clock", "invalid"
+    if isinstance(exc, jwt.MissingRequiredClaimError):
+        return f"the token lacks the required claim {exc.claim!r}: request a token from a capreg issuer", "invalid"
+    if isinstance(exc, jwt.InvalidIssuerError):
+        return "the token's iss does not match its issuer", "invalid"
+    return "the token does not verify: request a new one", "invalid"
 
 
 def caller_from_claims(claims: dict, issuer: str) -> Caller:

@@ -106,11 +106,14 @@ def not_found(detail: str = "no such resource") -> ProblemError:
 
 
 def invalid_token(detail: str) -> ProblemError:
+    """401 with RFC 6750's challenge: `error_description` repeats the detail (a quoted-string, so
+    quotes and backslashes in it are dropped rather than escaped, which clients parse unevenly)."""
+    description = "".join(c for c in detail if c not in '"\\' and " " <= c <= "~")
     return ProblemError(
         401,
         "invalid_token",
         detail,
-        headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+        headers={"WWW-Authenticate": f'Bearer error="invalid_token", error_description="{description}"'},
     )
 
 
@@ -151,14 +154,75 @@ def json_pointer(key: str) -> str:
     return "".join("/" + escape_token(p) for p in parts)
 
 
-def decode_error_item(exc: msgspec.ValidationError | msgspec.DecodeError) -> ErrorItem:
-    """msgspec's 'Expected `int`, got `str` - at `$.skills[0].id`' as a {path, message} item."""
+def decode_error_item(exc: msgspec.ValidationError | msgspec.DecodeError, type_: Any = None) -> ErrorItem:
+    """msgspec's 'Expected `int`, got `str` - at `$.skills[0].id`' as a {path, message} item, in the
+    caller's terms: malformed JSON says where, and an unknown enum value lists the allowed ones
+    (read from `type_`, the type the body was decoded as, so the list cannot drift)."""
     message = str(exc)
     message, _, where = message.partition(" - at `")
     path = json_pointer(where.rstrip("`")) if where else ""
     if field := FIELD_REFUSAL.match(message):  # a Struct's own check of one field (registry.core.date_times)
         return ErrorItem(path=f"{path}/{field[1]}", message=field[2])
+    if message == "Input data was truncated":
+        return ErrorItem(path=path, message="the body is not valid JSON: it ends before the document does")
+    if malformed := _MALFORMED.match(message):
+        return ErrorItem(path=path, message=f"the body is not valid JSON ({malformed[1]}, at byte {malformed[2]})")
+    if message.startswith("Invalid enum value") and type_ is not None:
+        allowed = enum_values_at(type_, path)
+        if allowed:
+            listed = ", ".join(repr(v) for v in allowed)
+            return ErrorItem(
+                path=path, message=f"{message.removeprefix('Invalid enum value ')} is not one of: {listed}"
+            )
     return ErrorItem(path=path, message=message)
+
+
+_MALFORMED = re.compile(r"^JSON is malformed: (.*) \(byte (\d+)\)$")
+
+
+def enum_values_at(type_: Any, pointer: str) -> list[Any]:
+    """The values the enum or literal at JSON `pointer` of a `type_` document allows (empty when
+    the pointer does not lead to one)."""
+    info: Any = msgspec.inspect.type_info(type_)
+    for token in [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:]]:
+        info = _step(_unwrapped(info), token)
+        if info is None:
+            return []
+    values: list[Any] = []
+    for one in _alternatives(_unwrapped(info)):
+        if isinstance(one, msgspec.inspect.EnumType):
+            values += [member.value for member in one.cls]
+        elif isinstance(one, msgspec.inspect.LiteralType):
+            values += list(one.values)
+    return values
+
+
+def _unwrapped(info: Any) -> Any:
+    while isinstance(info, msgspec.inspect.Metadata):
+        info = info.type
+    return info
+
+
+def _alternatives(info: Any) -> list[Any]:
+    if isinstance(info, msgspec.inspect.UnionType):
+        return [_unwrapped(t) for t in info.types]
+    return [info]
+
+
+def _step(info: Any, token: str) -> Any:
+    """The type one pointer token below `info`, or None."""
+    for one in _alternatives(info):
+        if isinstance(one, msgspec.inspect.StructType):
+            for field in one.fields:
+                if field.encode_name == token:
+                    return field.type
+        elif isinstance(one, msgspec.inspect.ListType | msgspec.inspect.SetType | msgspec.inspect.FrozenSetType):
+            return one.item_type
+        elif isinstance(one, msgspec.inspect.VarTupleType):
+            return one.item_type
+        elif isinstance(one, msgspec.inspect.DictType):
+            return one.value_type
+    return None
 
 
 # How a Struct's __post_init__ names the field it refuses: msgspec only knows the Struct's pointer.

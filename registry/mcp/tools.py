@@ -135,7 +135,7 @@ async def request_ticket_tool(call: Call, args: TicketArguments) -> ToolResult:
             TicketRequestBody,
         )
     except msgspec.ValidationError as exc:
-        error = invalid_request("the ticket request is malformed", [decode_error_item(exc)])
+        error = invalid_request("the ticket request is malformed", [decode_error_item(exc, TicketRequestBody)])
         raise await refuse(
             call.registry, caller, error, event_type=TICKET_DENIED, tenant=None, trace_id=call.trace_id
         ) from None
@@ -366,7 +366,7 @@ async def call_tool(call: Call, tool: Tool, arguments: dict[str, Any]) -> dict[s
                 args: Any = msgspec.convert(arguments, tool.arguments)
             except msgspec.ValidationError as exc:
                 raise invalid_request(
-                    f"the arguments do not fit {tool.name}'s input schema", [decode_error_item(exc)]
+                    f"the arguments do not fit {tool.name}'s input schema", [decode_error_item(exc, tool.arguments)]
                 ) from None
         except ProblemError as error:
             if tool.malformed_event is not None and call.caller is not None:

@@ -21,7 +21,7 @@ def parse_version(text: str, path: str) -> Version | ErrorItem:
     try:
         return Version.parse(text)
     except InvalidVersion as exc:
-        return ErrorItem(path=path, message=f"not a semantic version (2.0): {exc}")
+        return ErrorItem(path=path, message=str(exc))
 
 
 def schema_errors(schema: Any, path: str, *, must_be_object: bool) -> list[ErrorItem]:

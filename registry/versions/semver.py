@@ -98,7 +98,10 @@ class Version:
             raise InvalidVersion(f"versions are at most {MAX_VERSION_LENGTH} characters")
         match = _VERSION.fullmatch(text)
         if match is None:
-            raise InvalidVersion(f"{text!r} is not a semantic version (MAJOR.MINOR.PATCH[-PRE][+BUILD])")
+            raise InvalidVersion(
+                f"{text!r} is not a semantic version: write MAJOR.MINOR.PATCH[-PRE][+BUILD], e.g. 3.0.0"
+                " (no leading 'v', no leading zeros, no spaces)"
+            )
         prerelease = match["prerelease"]
         return cls(
             int(match["major"]),

@@ -89,7 +89,12 @@ _OPTIONAL_TOKEN = {
     ("POST", "/ard/explore"),
 }
 # Operations that never look at a token.
-_NO_TOKEN = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/.well-known/jwks.json")}
+_NO_TOKEN = {
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("GET", "/.well-known/jwks.json"),
+    ("GET", "/.well-known/oauth-protected-resource"),
+}
 
 _PATH_TYPE = re.compile(r"\{([^}:]+):[^}]+\}")
 

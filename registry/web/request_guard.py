@@ -106,10 +106,21 @@ def screen_guard(screen: Screen) -> Callable[[ASGIApp], ASGIApp]:
 
 def decode_strict(raw: bytes, type_: type[T]) -> T:
     """`raw` as `type_` with msgspec's strict typing; 400 `invalid_request` with a JSON pointer."""
+    if not raw.strip():
+        raise invalid_request(
+            "the request needs a JSON body",
+            [ErrorItem(path="", message="the body is empty: send a JSON document (Content-Type: application/json)")],
+        )
     try:
         return msgspec.json.decode(raw, type=type_)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise invalid_request("the request body does not match the expected shape", [decode_error_item(exc)]) from None
+        item = decode_error_item(exc, type_)
+        summary = (
+            "the request body is not valid JSON"
+            if item.message.startswith("the body is not valid JSON")
+            else "the request body does not match the expected shape"
+        )
+        raise invalid_request(summary, [item]) from None
     except RecursionError:  # nesting deeper than the decoder can follow
         raise invalid_request(
             "request body is nested too deeply",
