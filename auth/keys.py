@@ -6,8 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import jwt
 import msgspec
@@ -38,21 +37,30 @@ def new_key() -> tuple[str, str, dict]:
     return thumbprint, pem, jwk
 
 
+class SigningKey(msgspec.Struct, frozen=True):
+    """One of capreg's signing keys as stored (db.keys): `current` is the key that signs now."""
+
+    kid: str
+    private_pem: str
+    public_jwk: dict
+    current: bool
+
+
 class Keyring:
     """The signing key and every key that still verifies, loaded from the database."""
 
-    def __init__(self, rows: Sequence[Mapping[str, Any]]):
+    def __init__(self, rows: Sequence[SigningKey]):
         self.public: dict[str, Ed25519PublicKey] = {}
         self.jwks: list[dict] = []
         self.signing_kid: str | None = None
         self._signing_key: Ed25519PrivateKey | None = None
         for row in rows:
-            private = serialization.load_pem_private_key(row["private_pem"].encode(), password=None)
+            private = serialization.load_pem_private_key(row.private_pem.encode(), password=None)
             assert isinstance(private, Ed25519PrivateKey)
-            self.public[row["kid"]] = private.public_key()
-            self.jwks.append(dict(row["public_jwk"]))
-            if row["current"] and self.signing_kid is None:
-                self.signing_kid = row["kid"]
+            self.public[row.kid] = private.public_key()
+            self.jwks.append(dict(row.public_jwk))
+            if row.current and self.signing_kid is None:
+                self.signing_kid = row.kid
                 self._signing_key = private
         self.loaded_at = time.monotonic()
 

@@ -164,6 +164,13 @@ class CapabilityGate(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
+# The codes a decision may refuse with; registry.core.error_codes gives each its status (checked at
+# its import), and a Refusal with any other code fails where it is made.
+REFUSAL_CODES = frozenset(
+    {"not_found", "retired", "insufficient_scope", "tenant_mismatch", "data_location_denied", "delegation_denied"}
+)
+
+
 class Refusal(msgspec.Struct, frozen=True, kw_only=True):
     """A refused decision: `code` is an error code of docs/api.md#error-codes, `reason` a refusal reason
     of docs/api.md#refusal-reasons (for `delegation_denied`), `missing_scopes` what an
@@ -173,6 +180,10 @@ class Refusal(msgspec.Struct, frozen=True, kw_only=True):
     message: str
     reason: str | None = None
     missing_scopes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.code not in REFUSAL_CODES:
+            raise ValueError(f"{self.code!r} is not a refusal code (auth.policy.REFUSAL_CODES)")
 
 
 NOT_FOUND_CODE = "not_found"
@@ -243,9 +254,19 @@ def decide_release_of_visible(caller: Caller, cap: CapabilityGate, *, exact_vers
             message=f"releasing this capability needs the scopes: {' '.join(missing)}",
             missing_scopes=missing,
         )
-    if cap.data_regions and (caller.regions is None or not set(cap.data_regions) & set(caller.regions)):
+    if not serves_regions(cap.data_regions, caller.regions):
         return DATA_LOCATION_DENIED
     return None
+
+
+def serves_regions(data_regions: Sequence[str], regions: Iterable[str] | None) -> bool:
+    """The one data-region rule (issue 36): a capability that declares no `data_regions` serves every
+    region; one that declares some serves `regions` when one of them is among its own. Release reads
+    it with the token's `regions` claim (no claim: only capabilities that declare none), offers and
+    discovery's `region` filter with the one region asked for, ARD with its filter's; db/ renders it
+    as SQL (`db.capabilities.serves_regions_sql`), tests/auth/test_sql_rules_agree.py holds the two
+    readings together."""
+    return not data_regions or not set(data_regions).isdisjoint(regions or ())
 
 
 def release_profile(caller: Caller) -> tuple[str, frozenset[str], tuple[str, ...] | None]:
@@ -647,7 +668,7 @@ PARENT_UNKNOWN = parent_invalid("the parent ticket is unknown to this registry")
 
 
 def check_parent_standing(*, active: bool, chain_revoked: bool, capability_status: str) -> Refusal | None:
-    """A verified, stored parent ticket must be active (db/tickets.py ACTIVE, the one definition);
+    """A verified, stored parent ticket must be active (db.tickets.active, the one definition);
     the refusal says why it is not."""
     if active:
         return None

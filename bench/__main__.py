@@ -478,9 +478,7 @@ async def explain_plans(dsn: str) -> dict[str, str]:
         # ARD (docs/api.md#ard): search by relevance, explore's facets, the list in identifier order.
         from db import ard
 
-        latest = await ranked_search.latest_hits(
-            pool, engine.propose(["invoice"], Proposal(viewer=None)), now=dt.datetime.now(dt.UTC)
-        )
+        latest = await ranked_search.latest_hits(pool, engine.propose(["invoice"], Proposal(viewer=None)))
         invoice = ard.TextMatch(
             tenants=[r["tenant"] for r in latest],
             agents=[r["agent_id"] for r in latest],
@@ -494,7 +492,6 @@ async def explain_plans(dsn: str) -> dict[str, str]:
             text=invoice,
             after=None,
             limit=11,
-            now=dt.datetime.now(dt.UTC),
         )
         plans["ARD search 'invoice' (page of 10)"] = conn.plan
         conn = Explaining(pool)
@@ -505,7 +502,6 @@ async def explain_plans(dsn: str) -> dict[str, str]:
             text=invoice,
             configured={},
             facets=[ard.FacetRequest("tags", 20, 1), ard.FacetRequest("publisher", 20, 1)],
-            now=dt.datetime.now(dt.UTC),
         )
         plans["ARD explore 'invoice' (tags, publisher)"] = conn.plan
         conn = Explaining(pool)
@@ -516,7 +512,6 @@ async def explain_plans(dsn: str) -> dict[str, str]:
             text=None,
             configured={},
             facets=[ard.FacetRequest("type", 20, 1), ard.FacetRequest("tags", 20, 1)],
-            now=dt.datetime.now(dt.UTC),
         )
         plans["ARD explore, whole registry (type, tags)"] = conn.plan
         conn = Explaining(pool)
@@ -527,7 +522,6 @@ async def explain_plans(dsn: str) -> dict[str, str]:
             configured={},
             after=None,
             limit=21,
-            now=dt.datetime.now(dt.UTC),
         )
         plans["ARD list, first page of 20"] = conn.plan
     except (asyncpg.PostgresError, TypeError) as exc:

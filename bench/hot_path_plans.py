@@ -14,9 +14,16 @@ import uuid
 
 import asyncpg
 
-from db.agents import AGENT_COLUMNS, HEALTH_SQL, LEASE_BOUNDS_SQL, LIVE_INSTANCES_SQL
+from db.agents import (
+    AGENT_COLUMNS,
+    HEALTH_SQL,
+    LEASE_BOUNDS_SQL,
+    LEASE_SNAPSHOT_SQL,
+    LIVE_INSTANCES_SQL,
+    MAX_LISTED_INSTANCES,
+)
 from db.capabilities import DETAIL_COLUMNS
-from db.tickets import ACTIVE, TICKET_COLUMNS
+from db.tickets import TICKET_STATE_SQL
 
 
 async def explain(conn: asyncpg.Connection, title: str, sql: str, *params) -> dict:
@@ -85,29 +92,21 @@ async def main(dsn: str) -> list[dict]:
             ),
             await explain(
                 conn,
-                "live_instances",
-                """SELECT instance_id, url, expires_at, load, last_seen_at, count(*) OVER () AS total
-                     FROM agent_instances WHERE tenant = $1 AND agent_id = $2 AND expires_at > now()
-                    ORDER BY load ASC NULLS LAST, instance_id LIMIT 50""",
+                "lease_snapshot",
+                LEASE_SNAPSHOT_SQL,
                 t,
                 a,
+                MAX_LISTED_INSTANCES,
             ),
         ]
         if ticket:
             out.append(
                 await explain(
                     conn,
-                    "ticket_state (introspection)",
-                    f"""WITH RECURSIVE chain AS (
-                            SELECT jti, parent_jti, revoked_at FROM tickets WHERE jti = $1
-                            UNION ALL
-                            SELECT p.jti, p.parent_jti, p.revoked_at FROM tickets p JOIN chain c ON p.jti = c.parent_jti)
-                        SELECT {TICKET_COLUMNS}, cv.status AS capability_status, {ACTIVE} AS active,
-                               (SELECT bool_or(revoked_at IS NOT NULL) FROM chain) AS chain_revoked
-                          FROM tickets t JOIN capability_versions cv ON cv.tenant = t.tenant AND cv.agent_id = t.agent_id
-                                         AND cv.skill_id = t.skill_id AND cv.version = t.version
-                         WHERE t.jti = $1""",
+                    "ticket_state (re-delegation)",
+                    TICKET_STATE_SQL,
                     ticket,
+                    dt.datetime.now(dt.UTC),
                 )
             )
         tx = conn.transaction()

@@ -65,6 +65,7 @@ def _skill(schema: dict, version: str = "1.0.0") -> dict:
         "description": "A slow-but-allowed schema.",
         "version": version,
         "sideEffect": "none",
+        "scopes": [],
         "inputSchema": schema,
         "outputSchema": {"type": "object"},
     }

@@ -137,6 +137,8 @@ class Load:
 async def _database_checks(dsn: str) -> dict:
     import asyncpg
 
+    from db.agents import lease_live
+
     conn = await asyncpg.connect(dsn)
     try:
         versions = await conn.fetchval("SELECT count(*) FROM capability_versions")
@@ -159,7 +161,7 @@ async def _database_checks(dsn: str) -> dict:
                 WHERE c.lo <> 1 OR c.hi <> c.n OR h.chain_seq IS DISTINCT FROM c.n"""
         )
         change_head = await conn.fetchval("SELECT seq FROM change_head WHERE id = 1")
-        live = await conn.fetchval("SELECT count(*) FROM agent_instances WHERE expires_at > now()")
+        live = await conn.fetchval(f"SELECT count(*) FROM agent_instances i WHERE {lease_live('i')}")
     finally:
         await conn.close()
     return {

@@ -60,7 +60,7 @@ async def _append(conn, tenants: list[str]) -> None:
 async def _heads(conn) -> tuple[list[tuple[str, int, str]], float]:
     started = time.perf_counter()
     rows = await audit_queries.chain_heads(conn)
-    return [(r["chain"], r["chain_seq"], r["hash"]) for r in rows], time.perf_counter() - started
+    return [(r.chain, r.chain_seq, r.hash) for r in rows], time.perf_counter() - started
 
 
 async def run(args: argparse.Namespace, shard_b_url: str) -> dict:

@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 import asyncpg
+import msgspec
 
 from db.changes import HEALTH_CHANGE_KIND
 
@@ -13,28 +14,95 @@ AGENT_COLUMNS = (
     "a.tenant, a.agent_id, a.name, a.description, a.version, a.provider, a.visibility, a.shared_with, "
     "a.card, a.card_hash, a.created_at, a.updated_at, a.publisher_kid"
 )
+
+
+def lease_live(alias: str, *, beyond: str | None = None) -> str:
+    """The one rule for a live instance lease (issue 36): its expiry is ahead of the database's clock
+    (heartbeats write `expires_at` from now() too, so no app host's skew enters a lease). With
+    `beyond` (an interval), live for at least that much longer (renewals' lapse margin)."""
+    moment = "now()" if beyond is None else f"now() + interval '{beyond}'"
+    return f"{alias}.expires_at > {moment}"
+
+
+# The agent `a`'s leases, `i`.
+_OF_AGENT = "FROM agent_instances i WHERE i.tenant = a.tenant AND i.agent_id = a.agent_id"
 # Lease figures per agent: live instances now, and the moments cached views of them go out of date
 # by time alone (the first live lease lapsing changes the count, the last one flips health).
-LIVE_INSTANCES_SQL = """(SELECT count(*) FROM agent_instances i
-                          WHERE i.tenant = a.tenant AND i.agent_id = a.agent_id AND i.expires_at > now())"""
-LEASE_BOUNDS_SQL = """(SELECT ARRAY[min(i.expires_at), max(i.expires_at)] FROM agent_instances i
-                        WHERE i.tenant = a.tenant AND i.agent_id = a.agent_id AND i.expires_at > now())"""
+LIVE_INSTANCES_SQL = f"(SELECT count(*) {_OF_AGENT} AND {lease_live('i')})"
+LEASE_BOUNDS_SQL = f"(SELECT ARRAY[min(i.expires_at), max(i.expires_at)] {_OF_AGENT} AND {lease_live('i')})"
+# When the agent's lease figures would next change by themselves: its first live lease lapsing
+# (liveInstances drops; health flips at the last one). Cached pages end there.
+LEASE_UNTIL_SQL = f"(SELECT min(i.expires_at) {_OF_AGENT} AND {lease_live('i')})"
+# Section 3's `health=healthy` filter (discovery, ranked search): the agent has a live lease.
+HAS_LIVE_INSTANCE = f"EXISTS (SELECT 1 {_OF_AGENT} AND {lease_live('i')})"
 
-# healthy while any lease is live, stale once all have lapsed, unknown if none ever existed.
-HEALTH_SQL = """(SELECT CASE WHEN count(*) = 0 THEN 'unknown'
-                             WHEN bool_or(i.expires_at > now()) THEN 'healthy'
+# The one definition of an agent's health (issue 36): healthy while any lease is live, stale once
+# all have lapsed, unknown if none ever existed. Every reader selects this expression (discovery,
+# ranked search, ARD, detail's lease_snapshot); registry.core.records.Health names its values.
+HEALTH_VALUES = ("healthy", "stale", "unknown")
+HEALTH_SQL = f"""(SELECT CASE WHEN count(*) = 0 THEN 'unknown'
+                             WHEN bool_or({lease_live("i")}) THEN 'healthy'
                              ELSE 'stale' END
-                   FROM agent_instances i WHERE i.tenant = a.tenant AND i.agent_id = a.agent_id)"""
+                   {_OF_AGENT})"""
 
 
 async def get_agent(conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str) -> asyncpg.Record | None:
     return await conn.fetchrow(
         f"""SELECT {AGENT_COLUMNS}, {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances,
                    {LEASE_BOUNDS_SQL} AS lease_bounds
-              FROM agents a WHERE a.tenant = $1 AND a.agent_id = $2""",
+              FROM agents a WHERE a.tenant = $1 AND a.agent_id = $2 AND a.withdrawn_at IS NULL""",
         tenant,
         agent_id,
     )
+
+
+class WithdrawalTarget(NamedTuple):
+    """An agent's row as a withdrawal reads it, locked: who may see it, and whether it is withdrawn."""
+
+    visibility: str
+    shared_with: list[str]
+    withdrawn_at: datetime | None
+
+
+async def lock_withdrawal_target(conn: asyncpg.Connection, tenant: str, agent_id: str) -> WithdrawalTarget | None:
+    """The agent's row locked for its withdrawal, withdrawn or not (None: never registered)."""
+    row = await conn.fetchrow(
+        """SELECT visibility, shared_with, withdrawn_at FROM agents
+            WHERE tenant = $1 AND agent_id = $2 FOR NO KEY UPDATE""",
+        tenant,
+        agent_id,
+    )
+    return None if row is None else WithdrawalTarget(row["visibility"], list(row["shared_with"]), row["withdrawn_at"])
+
+
+async def withdraw_agent(conn: asyncpg.Connection, tenant: str, agent_id: str, *, now: datetime) -> int:
+    """Mark the agent withdrawn and end its instances' leases; how many leases were live. The stored
+    registration hash goes, so the same body sent again is registered in full (restore_withdrawn)."""
+    await conn.execute(
+        """UPDATE agents SET withdrawn_at = $3, registration_hash = NULL, updated_at = now()
+            WHERE tenant = $1 AND agent_id = $2""",
+        tenant,
+        agent_id,
+        now,
+    )
+    return await conn.fetchval(
+        f"""WITH ended AS (DELETE FROM agent_instances WHERE tenant = $1 AND agent_id = $2 RETURNING expires_at)
+           SELECT count(*) FILTER (WHERE {lease_live("e")}) FROM ended e""",
+        tenant,
+        agent_id,
+    )
+
+
+async def restore_withdrawn(conn: asyncpg.Connection, tenant: str, agent_id: str) -> bool:
+    """A withdrawn agent registered again is an agent again (its retired versions stay retired);
+    whether it was withdrawn. Under the agent's registration lock."""
+    restored = await conn.fetchval(
+        """UPDATE agents SET withdrawn_at = NULL WHERE tenant = $1 AND agent_id = $2 AND withdrawn_at IS NOT NULL
+           RETURNING true""",
+        tenant,
+        agent_id,
+    )
+    return bool(restored)
 
 
 async def registration_hash(conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str) -> str | None:
@@ -52,7 +120,9 @@ async def lock_agent(conn: asyncpg.Connection, tenant: str, agent_id: str) -> No
 async def tenant_agents_reach(conn: asyncpg.Connection, tenant: str, cap: int) -> bool:
     """Whether `tenant` has `cap` agents or more: reads at most `cap` index entries, whatever the tenant holds."""
     count = await conn.fetchval(
-        "SELECT count(*) FROM (SELECT 1 FROM agents WHERE tenant = $1 LIMIT $2) AS a", tenant, cap
+        "SELECT count(*) FROM (SELECT 1 FROM agents WHERE tenant = $1 AND withdrawn_at IS NULL LIMIT $2) AS a",
+        tenant,
+        cap,
     )
     return count >= cap
 
@@ -159,7 +229,7 @@ async def renew_leases(
                                    SELECT u.tenant, u.agent_id FROM unnest($1::text[], $2::text[], $3::text[]) AS u(tenant, agent_id, instance_id)
                                     WHERE NOT EXISTS (SELECT 1 FROM agent_instances x
                                                        WHERE x.tenant = u.tenant AND x.agent_id = u.agent_id AND x.instance_id = u.instance_id
-                                                         AND x.expires_at > now() + interval '{_LAPSE_MARGIN}'))
+                                                         AND {lease_live("x", beyond=_LAPSE_MARGIN)}))
                              ORDER BY a.tenant, a.agent_id
                                FOR NO KEY UPDATE OF a) AS locked)""",
             columns[0],
@@ -171,12 +241,12 @@ async def renew_leases(
                    SELECT t.*, (x.instance_id IS NOT NULL) AS live
                      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::float8[])
                               AS t(tenant, agent_id, instance_id, url, ttl, load)
-                     JOIN agents a ON a.tenant = t.tenant AND a.agent_id = t.agent_id
+                     JOIN agents a ON a.tenant = t.tenant AND a.agent_id = t.agent_id AND a.withdrawn_at IS NULL
                      LEFT JOIN agent_instances x ON x.tenant = t.tenant AND x.agent_id = t.agent_id
-                                                AND x.instance_id = t.instance_id AND x.expires_at > now()
+                                                AND x.instance_id = t.instance_id AND {lease_live("x")}
                ), live_counts AS (
                    SELECT x.tenant, x.agent_id, count(*) AS n FROM agent_instances x
-                    WHERE (x.tenant, x.agent_id) IN (SELECT tenant, agent_id FROM input) AND x.expires_at > now()
+                    WHERE (x.tenant, x.agent_id) IN (SELECT tenant, agent_id FROM input) AND {lease_live("x")}
                     GROUP BY x.tenant, x.agent_id
                ), ranked AS (
                    SELECT i.*, coalesce(c.n, 0) + row_number() OVER (
@@ -189,7 +259,7 @@ async def renew_leases(
                ), revived AS (
                    SELECT DISTINCT i.tenant, i.agent_id FROM admitted i
                     WHERE NOT EXISTS (SELECT 1 FROM agent_instances x
-                                       WHERE x.tenant = i.tenant AND x.agent_id = i.agent_id AND x.expires_at > now())
+                                       WHERE x.tenant = i.tenant AND x.agent_id = i.agent_id AND {lease_live("x")})
                ), renewed AS (
                    INSERT INTO agent_instances AS x (tenant, agent_id, instance_id, url, load, expires_at, last_seen_at, updated_at)
                    SELECT i.tenant, i.agent_id, i.instance_id, i.url, i.load, now() + make_interval(secs => i.ttl), now(), now()
@@ -256,7 +326,7 @@ async def renew_live_leases(conn: asyncpg.Connection, renewals: list[LeaseRenewa
            ), live AS (
                SELECT x.tenant, x.agent_id, x.instance_id FROM agent_instances x
                  JOIN input i ON x.tenant = i.tenant AND x.agent_id = i.agent_id AND x.instance_id = i.instance_id
-                WHERE x.expires_at > now() + interval '{_LAPSE_MARGIN}'
+                WHERE {lease_live("x", beyond=_LAPSE_MARGIN)}
                 ORDER BY x.tenant, x.agent_id, x.instance_id
                   FOR NO KEY UPDATE OF x
            ), renewed AS (
@@ -277,61 +347,70 @@ async def renew_live_leases(conn: asyncpg.Connection, renewals: list[LeaseRenewa
 # first (an instance that sent no load after those that did), the total given alongside.
 MAX_LISTED_INSTANCES = 50
 
+# The one least-loaded-instance order (issue 36), over `agent_instances i`: lower `load` first, an
+# instance that sent none after every one that did (even one reporting 1.0), ties by the latest
+# heartbeat, then `instance_id`. Detail's instance list, its first entry, and an offer's `instance`
+# all read it, so detail and offers name the same instance for the same agent and leases.
+LEAST_LOADED_ORDER_SQL = "i.load ASC NULLS LAST, i.last_seen_at DESC, i.instance_id"
 
-async def live_instances(
-    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str, *, limit: int = MAX_LISTED_INSTANCES
-) -> tuple[list[asyncpg.Record], int]:
-    """At most `limit` live instances, least loaded first, and how many are live in all."""
-    rows = await conn.fetch(
-        """SELECT instance_id, url, expires_at, load, last_seen_at, count(*) OVER () AS total FROM agent_instances
-            WHERE tenant = $1 AND agent_id = $2 AND expires_at > now()
-            ORDER BY load ASC NULLS LAST, instance_id LIMIT $3""",
-        tenant,
-        agent_id,
-        limit,
-    )
-    return list(rows), (rows[0]["total"] if rows else 0)
+
+# lease_snapshot's statement ($1 tenant, $2 agent, $3 limit): the agent's health, then its live
+# instances in LEAST_LOADED_ORDER_SQL (one row with NULL instance columns when none is live).
+LEASE_SNAPSHOT_SQL = f"""SELECT {HEALTH_SQL} AS health, l.*
+      FROM (SELECT $1::text AS tenant, $2::text AS agent_id) a
+      LEFT JOIN LATERAL (
+           SELECT i.instance_id, i.url, i.expires_at, i.load, i.last_seen_at, count(*) OVER () AS total
+             {_OF_AGENT} AND {lease_live("i")}
+            ORDER BY {LEAST_LOADED_ORDER_SQL} LIMIT $3) l ON true"""
+
+
+class LiveInstance(msgspec.Struct, frozen=True):
+    """An instance whose lease is live, as detail and offers read it."""
+
+    instance_id: str
+    url: str | None
+    expires_at: datetime
+    load: float | None
+    last_seen_at: datetime
+
+
+def _live_instance(row: asyncpg.Record) -> LiveInstance:
+    return LiveInstance(row["instance_id"], row["url"], row["expires_at"], row["load"], row["last_seen_at"])
 
 
 async def lease_snapshot(
     conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str, *, limit: int = MAX_LISTED_INSTANCES
-) -> tuple[list[asyncpg.Record], int, str]:
+) -> tuple[list[LiveInstance], int, str]:
     """In one statement: at most `limit` live instances, least loaded first, how many are live in all,
-    and the agent's health as HEALTH_SQL answers it (healthy while any lease is live, stale once all
-    have lapsed, unknown if none ever existed)."""
+    and the agent's health (HEALTH_SQL itself, as every other reader)."""
     rows = await conn.fetch(
-        """SELECT instance_id, url, expires_at, load, last_seen_at, expires_at > now() AS live,
-                  count(*) FILTER (WHERE expires_at > now()) OVER () AS total
-             FROM agent_instances WHERE tenant = $1 AND agent_id = $2
-            ORDER BY expires_at > now() DESC, load ASC NULLS LAST, instance_id LIMIT $3""",
+        LEASE_SNAPSHOT_SQL,
         tenant,
         agent_id,
         limit,
     )
-    if not rows:
-        return [], 0, "unknown"
-    total = rows[0]["total"]
-    return [row for row in rows if row["live"]], total, "healthy" if total else "stale"
+    live = [row for row in rows if row["instance_id"] is not None]
+    return [_live_instance(row) for row in live], (live[0]["total"] if live else 0), rows[0]["health"]
 
 
 async def least_loaded_instances(
     conn: asyncpg.Connection | asyncpg.Pool, agents: list[tuple[str, str]]
-) -> dict[tuple[str, str], asyncpg.Record]:
-    """Per agent (tenant, agentId), its live instance with the lowest load (an instance that sent
-    none counts as fully loaded), ties broken by the latest heartbeat; agents with none are absent."""
+) -> dict[tuple[str, str], LiveInstance]:
+    """Per agent (tenant, agentId), its first live instance in LEAST_LOADED_ORDER_SQL (the one detail
+    lists first); agents with none are absent."""
     if not agents:
         return {}
     rows = await conn.fetch(
-        """SELECT DISTINCT ON (i.tenant, i.agent_id)
+        f"""SELECT DISTINCT ON (i.tenant, i.agent_id)
                   i.tenant, i.agent_id, i.instance_id, i.url, i.expires_at, i.load, i.last_seen_at
              FROM unnest($1::text[], $2::text[]) AS k(tenant, agent_id)
              JOIN agent_instances i ON i.tenant = k.tenant AND i.agent_id = k.agent_id
-            WHERE i.expires_at > now()
-            ORDER BY i.tenant, i.agent_id, coalesce(i.load, 1), i.last_seen_at DESC, i.instance_id""",
+            WHERE {lease_live("i")}
+            ORDER BY i.tenant, i.agent_id, {LEAST_LOADED_ORDER_SQL}""",
         [t for t, _ in agents],
         [a for _, a in agents],
     )
-    return {(r["tenant"], r["agent_id"]): r for r in rows}
+    return {(r["tenant"], r["agent_id"]): _live_instance(r) for r in rows}
 
 
 async def prune_lapsed_leases(conn: asyncpg.Connection | asyncpg.Pool) -> int:
@@ -339,8 +418,8 @@ async def prune_lapsed_leases(conn: asyncpg.Connection | asyncpg.Pool) -> int:
     stays `stale`, not `unknown`). Returns how many were deleted. A lease renewed meanwhile is kept:
     the row is re-checked once its lock is taken."""
     result = await conn.execute(
-        """DELETE FROM agent_instances x
-            WHERE x.expires_at <= now()
+        f"""DELETE FROM agent_instances x
+            WHERE NOT {lease_live("x")}
               AND EXISTS (SELECT 1 FROM agent_instances y
                            WHERE y.tenant = x.tenant AND y.agent_id = x.agent_id
                              AND (y.expires_at, y.instance_id) > (x.expires_at, x.instance_id))"""

@@ -18,11 +18,10 @@ from typing import Any
 import asyncpg
 import msgspec
 
-from db.agents import HEALTH_SQL, LIVE_INSTANCES_SQL
-from db.capabilities import LEASE_UNTIL_SQL, latest_in_force, visible_agents_filter
+from db.agents import HEALTH_SQL, LEASE_UNTIL_SQL, LIVE_INSTANCES_SQL
+from db.capabilities import latest_in_force, serves_regions_sql, visible_agents_filter
 
 A2A_CARD_TYPE = "application/a2a-agent-card+json"
-SIDE_EFFECT_NAMES = ("none", "idempotent", "write", "destructive")  # by rank
 
 Bind = Callable[[Any], str]
 
@@ -97,10 +96,9 @@ def _agent_filters(bind: Bind, viewer_tenant: str | None, where: EntryFilter) ->
     return agent_filters
 
 
-def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text: TextMatch | None, *, now: str) -> str:
+def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text: TextMatch | None) -> str:
     """`matched` (one row per entry: tenant, agent_id, capabilities, side_effect_rank, score) as WITH
-    items. An entry's skills are the latest versions in force at `now`, a placeholder
-    (db.capabilities.latest_in_force: rows
+    items. An entry's skills are the latest versions in force (db.capabilities.latest_in_force: rows
     the latest marker holds, read per agent through capability_versions_latest_agent); with
     text, only the agents of `text` (each with its score) are candidates."""
     agent_filters = _agent_filters(bind, viewer_tenant, where)
@@ -125,7 +123,7 @@ def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text
         entry_filters.append(f"s.side_effect_rank <= {bind(where.side_effect_max)}")
     if where.regions is not None:
         aggregates.append(
-            f"bool_or(cardinality(l.data_regions) = 0 OR l.data_regions && {bind(list(where.regions))}::text[]) AS has_region"
+            f"bool_or({serves_regions_sql('l.data_regions', f'{bind(list(where.regions))}::text[]')}) AS has_region"
         )
         entry_filters.append("s.has_region")
     # Per agent, its marked rows through capability_versions_latest_agent (no sort, no DISTINCT ON):
@@ -137,27 +135,16 @@ def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text
                SELECT array_agg(l.skill_id ORDER BY l.skill_id) AS capabilities,
                       max(l.side_effect_rank) AS side_effect_rank{"".join(", " + x for x in aggregates)}
                  FROM capability_versions l
-                WHERE l.tenant = a.tenant AND l.agent_id = a.agent_id AND {latest_in_force("l", now)}) s
+                WHERE l.tenant = a.tenant AND l.agent_id = a.agent_id AND {latest_in_force("l")}) s
          WHERE {" AND ".join(agent_filters + entry_filters)}
     )"""
 
 
 class Query:
-    """Bound parameters of one statement; one that decides what is in force does so at the moment
-    `now`, bound once, when first named (`self.now`, its placeholder)."""
+    """Bound parameters of one statement."""
 
-    def __init__(self, now: datetime | None = None) -> None:
+    def __init__(self) -> None:
         self.params: list[Any] = []
-        self._now = now
-        self._now_placeholder: str | None = None
-
-    @property
-    def now(self) -> str:
-        if self._now_placeholder is None:
-            if self._now is None:
-                raise TypeError("this statement decides what is in force at a moment: give its Query `now`")
-            self._now_placeholder = self.bind(self._now)
-        return self._now_placeholder
 
     def bind(self, value: Any) -> str:
         self.params.append(value)
@@ -172,13 +159,12 @@ async def ranked_page(
     text: TextMatch | None,
     after: tuple[int, str] | None,
     limit: int,
-    now: datetime,
 ) -> list[asyncpg.Record]:
     """Entries by relevance (their best skill's score), best first: (tenant, agent_id, score, tie). Ties in the order of the
     agents' capability refs (`tenant/agentId/...`, bytewise), as ranked discovery orders its ties,
     so both list agents in the same relative order."""
-    query = Query(now)
-    ctes = matched_ctes(query.bind, viewer_tenant, where, text, now=query.now)
+    query = Query()
+    ctes = matched_ctes(query.bind, viewer_tenant, where, text)
     keyset = "true"
     if after is not None:
         s, t = query.bind(after[0]), query.bind(after[1])
@@ -201,7 +187,6 @@ async def identifier_page(
     configured: dict[str, str],
     after: str | None,
     limit: int,
-    now: datetime,
 ) -> list[asyncpg.Record]:
     """Entries in identifier order (`urn:air:{publisher}:{agentId}`, bytewise): (tenant, agent_id, identifier).
 
@@ -213,9 +198,9 @@ async def identifier_page(
     Filters on skills (tags, capabilities, side effect, regions) take the matched set instead."""
     if any(v is not None for v in (where.tags, where.capabilities, where.side_effect_max, where.regions)):
         return await _identifier_page_matched(
-            conn, viewer_tenant=viewer_tenant, where=where, configured=configured, after=after, limit=limit, now=now
+            conn, viewer_tenant=viewer_tenant, where=where, configured=configured, after=after, limit=limit
         )
-    query = Query(now)
+    query = Query()
     agent_filters = _agent_filters(query.bind, viewer_tenant, where)
     publisher = publisher_sql("t.tenant", query.bind, configured)
     start = query.bind(after if after is not None else "")
@@ -240,7 +225,7 @@ async def identifier_page(
                 WHERE a.tenant = p.tenant AND a.agent_id COLLATE "C" > p.after_id
                   AND {" AND ".join(agent_filters)}
                   AND EXISTS (SELECT 1 FROM capability_versions l
-                               WHERE l.tenant = a.tenant AND l.agent_id = a.agent_id AND {latest_in_force("l", query.now)})
+                               WHERE l.tenant = a.tenant AND l.agent_id = a.agent_id AND {latest_in_force("l")})
                 ORDER BY a.agent_id COLLATE "C"
                 LIMIT {n}) e
          ORDER BY e.identifier
@@ -256,10 +241,9 @@ async def _identifier_page_matched(
     configured: dict[str, str],
     after: str | None,
     limit: int,
-    now: datetime,
 ) -> list[asyncpg.Record]:
-    query = Query(now)
-    ctes = matched_ctes(query.bind, viewer_tenant, where, None, now=query.now)
+    query = Query()
+    ctes = matched_ctes(query.bind, viewer_tenant, where, None)
     publisher = publisher_sql("m.tenant", query.bind, configured)
     keyset = f"i.identifier > {query.bind(after)}" if after is not None else "true"
     sql = f"""WITH {ctes}
@@ -272,11 +256,9 @@ async def _identifier_page_matched(
     return await conn.fetch(sql, *query.params)
 
 
-async def entry_rows(
-    conn: asyncpg.Connection, keys: Sequence[tuple[str, str]], *, now: datetime
-) -> list[asyncpg.Record]:
+async def entry_rows(conn: asyncpg.Connection, keys: Sequence[tuple[str, str]]) -> list[asyncpg.Record]:
     """The public rows of the given entries (agent fields, lease figures, and the latest in-force
-    version of each skill at `now`: id, tags, side effect, regions, examples), in no particular order."""
+    version of each skill: id, tags, side effect, regions, examples), in no particular order."""
     if not keys:
         return []
     return await conn.fetch(
@@ -290,20 +272,19 @@ async def entry_rows(
                               'id', l.skill_id, 'tags', l.tags, 'sideEffectRank', l.side_effect_rank,
                               'regions', l.data_regions, 'examples', l.examples) ORDER BY l.skill_id), '[]') AS skills
                      FROM capability_versions l
-                    WHERE l.tenant = a.tenant AND l.agent_id = a.agent_id AND {latest_in_force("l", "$3")}) s""",
+                    WHERE l.tenant = a.tenant AND l.agent_id = a.agent_id AND {latest_in_force("l")}) s""",
         [k[0] for k in keys],
         [k[1] for k in keys],
-        now,
     )
 
 
 # Facet fields and the SQL of their (value, count) groups over `matched`.
-def _facet_groups(field: str, publisher: str, now: str) -> str:
+def _facet_groups(field: str, publisher: str, side_effects: str) -> str:
     def per_entry(column: str) -> str:  # each value once per entry, over its latest versions
         return (
             f"SELECT v AS value, count(*) AS n FROM matched m CROSS JOIN LATERAL (SELECT DISTINCT v FROM"
             f" capability_versions l CROSS JOIN unnest(l.{column}) v"
-            f" WHERE l.tenant = m.tenant AND l.agent_id = m.agent_id AND {latest_in_force('l', now)}) x GROUP BY v"
+            f" WHERE l.tenant = m.tenant AND l.agent_id = m.agent_id AND {latest_in_force('l')}) x GROUP BY v"
         )
 
     return {
@@ -313,7 +294,7 @@ def _facet_groups(field: str, publisher: str, now: str) -> str:
         "publisher": f"SELECT {publisher} AS value, count(*) AS n FROM matched m GROUP BY m.tenant",
         "version": "SELECT a.version AS value, count(*) AS n FROM matched m JOIN agents a"
         " ON a.tenant = m.tenant AND a.agent_id = m.agent_id GROUP BY a.version",
-        "metadata.capreg.sideEffectMax": "SELECT (ARRAY['none', 'idempotent', 'write', 'destructive'])[m.side_effect_rank + 1] AS value,"
+        "metadata.capreg.sideEffectMax": f"SELECT ({side_effects})[m.side_effect_rank + 1] AS value,"
         " count(*) AS n FROM matched m GROUP BY m.side_effect_rank",
         "metadata.capreg.dataRegions": per_entry("data_regions"),
         "metadata.capreg.health": f"SELECT h.health AS value, count(*) AS n FROM (SELECT {HEALTH_SQL} AS health FROM matched m"
@@ -321,6 +302,8 @@ def _facet_groups(field: str, publisher: str, now: str) -> str:
     }[field]
 
 
+# ARD's field vocabulary (issue 36), one list for both: every facet field is a `query.filter` key of
+# search and explore (registry.ard.service.search_filter), and no other key is.
 FACET_FIELDS = (
     "type",
     "tags",
@@ -347,17 +330,20 @@ async def facet_counts(
     text: TextMatch | None,
     facets: Sequence[FacetRequest],
     configured: dict[str, str],
-    now: datetime,
+    side_effect_names: Sequence[str],
 ) -> list[asyncpg.Record]:
     """Buckets (field, value, n, other=false, rn), rn ranking them per field (count, then value bytewise), at
     most `limit` of them with at least `min_count`; and per field one row (field, NULL, n, other=true)
     with the entries counted in the buckets beyond `limit`. Counted over the whole matched set."""
-    query = Query(now)
-    ctes = matched_ctes(query.bind, viewer_tenant, where, text, now=query.now)
+    query = Query()
+    ctes = matched_ctes(query.bind, viewer_tenant, where, text)
     # Bound only when asked for: a parameter the statement never names has no type (500).
     publisher = publisher_sql("m.tenant", query.bind, configured) if any(f.field == "publisher" for f in facets) else ""
+    asked = {f.field for f in facets}
+    side_effects = f"{query.bind(list(side_effect_names))}::text[]" if "metadata.capreg.sideEffectMax" in asked else ""
     groups = " UNION ALL ".join(
-        f"SELECT {query.bind(facet.field)}::text AS field, g.value, g.n FROM ({_facet_groups(facet.field, publisher, query.now)}) g"
+        f"SELECT {query.bind(facet.field)}::text AS field, g.value, g.n"
+        f" FROM ({_facet_groups(facet.field, publisher, side_effects)}) g"
         for facet in facets
     )
     params = (

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 import asyncpg
 import msgspec
@@ -351,11 +352,21 @@ async def chain_entries_by_seq(conn: asyncpg.Connection, *, upto: int, batch: in
             return
 
 
-async def chain_heads(conn: asyncpg.Connection | asyncpg.Pool) -> list[asyncpg.Record]:
-    """Every chain's head (chain, chain_seq, seq, hash) that has at least one entry, in byte order of chain."""
-    return await conn.fetch(
+class ChainHead(msgspec.Struct, frozen=True):
+    """A chain's head row: its newest entry's chainSeq, log seq and hash."""
+
+    chain: str
+    chain_seq: int
+    seq: int
+    hash: str
+
+
+async def chain_heads(conn: asyncpg.Connection | asyncpg.Pool) -> list[ChainHead]:
+    """Every chain's head that has at least one entry, in byte order of chain."""
+    rows = await conn.fetch(
         'SELECT chain, chain_seq, seq, hash FROM audit_chain_heads WHERE chain_seq > 0 ORDER BY chain COLLATE "C"'
     )
+    return [ChainHead(**row) for row in rows]
 
 
 async def chain_head(conn: asyncpg.Connection | asyncpg.Pool, chain: str) -> tuple[int, str] | None:
@@ -397,8 +408,19 @@ async def entries_in_ranges(
     return [_record(row) for row in rows]
 
 
-async def entry_hash_at(conn: asyncpg.Connection | asyncpg.Pool, chain: str, chain_seq: int) -> str | None:
-    return await conn.fetchval("SELECT hash FROM audit_events WHERE chain = $1 AND chain_seq = $2", chain, chain_seq)
+class ChainEntry(NamedTuple):
+    """Where an entry of a chain stands in the whole log (`seq`) and its stored hash."""
+
+    seq: int
+    hash: str
+
+
+async def entry_at(conn: asyncpg.Connection | asyncpg.Pool, chain: str, chain_seq: int) -> ChainEntry | None:
+    """The entry of `chain` at `chain_seq`, None when there is none."""
+    row = await conn.fetchrow(
+        "SELECT seq, hash FROM audit_events WHERE chain = $1 AND chain_seq = $2", chain, chain_seq
+    )
+    return ChainEntry(row["seq"], row["hash"]) if row is not None else None
 
 
 class EventFilter(msgspec.Struct, kw_only=True):

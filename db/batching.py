@@ -3,7 +3,7 @@ await its future; one task cuts the queue into batches of at most `max_batch` an
 `concurrency` of them at once (one writes while another waits for its commit to be durable).
 Subclasses say how a batch is written (`_commit`; `_settle` fails what it left unsettled and releases
 the slot), and may put items in lanes (`_lane`): a batch holds items of one lane only (the audit
-chains they lock)."""
+chains they lock). The size of every batch cut is counted (`batch_sizes`, for /metrics)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import asyncio
 import contextlib
 from collections.abc import Hashable
 from typing import Any, Generic, TypeVar
+
+from db.histograms import BATCH_SIZE_BUCKETS, Histogram
 
 Item = TypeVar("Item")
 
@@ -23,6 +25,7 @@ class BatchQueue(Generic[Item]):
         self._queue: list[tuple[Item, asyncio.Future]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self.batch_sizes = Histogram(BATCH_SIZE_BUCKETS)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
@@ -53,6 +56,7 @@ class BatchQueue(Generic[Item]):
             while self._queue:
                 await self._slots.acquire()
                 batch = self._cut()
+                self.batch_sizes.observe(len(batch))
                 task = asyncio.create_task(self._settle(batch))
                 self._batches.add(task)
                 task.add_done_callback(self._batches.discard)

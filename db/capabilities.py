@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -12,7 +12,7 @@ from auth.policy import IN_FORCE as IN_FORCE_RULE
 from auth.policy import LATEST_ORDER as LATEST_ORDER_RULE
 from auth.policy import NOT_WITHDRAWN as NOT_WITHDRAWN_RULE
 from auth.policy import VISIBLE
-from db.agents import HEALTH_SQL, LIVE_INSTANCES_SQL, lock_agent
+from db.agents import HAS_LIVE_INSTANCE, HEALTH_SQL, LEASE_UNTIL_SQL, LIVE_INSTANCES_SQL, lock_agent
 
 PUBLIC_COLUMNS = (
     "c.tenant, c.agent_id, c.skill_id, c.version, c.version_key, c.prerelease, c.name, c.description, c.tags, "
@@ -25,17 +25,13 @@ DETAIL_COLUMNS = (
     + ", c.examples, c.input_schema, c.output_schema, c.input_modes, c.output_modes, c.fixture_count, c.baseline"
 )
 
-# Discovery, cards, `latest` and ranges show what is in force now (auth.policy.IN_FORCE, the one
+# `versions=all`, exact versions and ranges show what is in force now (auth.policy.IN_FORCE, the one
 # definition, rendered here), by the app's clock: every query is given its `now` as a bound
 # parameter, the moment the same request decides by in Python (release decides cached rows).
 # Precedence among a skill's versions (auth.policy.LATEST_ORDER, rendered): the latest version of a
-# skill is its first in-force version in this order, and every path names the same one.
+# skill is its first in-force version in this order, decided by refresh_latest alone and read by
+# every path as the marker (latest_in_force below), so every path names the same one.
 LATEST_ORDER = LATEST_ORDER_RULE.sql("c")
-# When the agent's lease figures would next change by themselves: its first live lease lapsing
-# (liveInstances drops; health flips at the last one). Cached pages end there. Leases are timed by
-# the database's clock (heartbeats set expires_at from now()), not the app's.
-LEASE_UNTIL_SQL = """(SELECT min(i.expires_at) FROM agent_instances i
-                        WHERE i.tenant = a.tenant AND i.agent_id = a.agent_id AND i.expires_at > now())"""
 
 
 def in_force(alias: str, now: str) -> str:
@@ -54,81 +50,46 @@ def visible_to(alias: str, viewer: str | None) -> str:
     return VISIBLE.sql(alias, viewer=viewer)
 
 
-# The latest marker (migration 0012): a maintained hint that lets a search read "the latest
-# in-force version of each skill" from an index instead of choosing it per match. It is derived
-# from auth.policy.IN_FORCE and LATEST_ORDER above (refresh_latest) and never replaces them: rows marked are
-# every not-withdrawn version that no in-force version precedes, i.e. the latest in force now and
-# the newer versions whose effectiveAt is still to come, and `latest_until` is when a marked row
-# may stop being the latest by time alone (the earliest effectiveAt of a marked version before
-# it; NULL: never). Writes that change what is in force (publishing, retiring, releasing a
-# candidate) refresh the skill under the agent's lock; the clock needs no write: past
-# `latest_until` the query checks the newer marked versions itself (latest_in_force). A sunset
-# date passing changes nothing here: a deprecated version stays in force until it is retired.
-# The writer's clock and a reader's (another replica's) may differ a little: a refresh counts a
-# version as in force only once it has been effective for CLOCK_SKEW_MARGIN, so a reader whose clock
-# is behind still finds its latest version marked (marking more is safe: `latest_until` covers it).
-CLOCK_SKEW_MARGIN = timedelta(minutes=5)
+# The latest marker (migration 0012, 0016): `latest` holds on exactly the version of each skill
+# that is its latest in force (auth.policy.IN_FORCE, then the first in LATEST_ORDER), decided by
+# refresh_latest and only read elsewhere (latest_in_force, is_latest): discovery with and without
+# `q`, ARD, cards, offers and a detail release of `latest` all name the version it marks. It is
+# decided by the app's clock (registry.core.clock, the `now` each write and the housekeeping tick
+# pass), at two kinds of moment: in the transaction of every write that changes what is in force
+# (publishing, retiring, withdrawing an agent, releasing a candidate), under the agent's lock;
+# and in the housekeeping tick that announces a version whose effectiveAt has come
+# (db.housekeeping.announce_effective), so between a version's effectiveAt and that tick (at most
+# registry.ops.housekeeping.ANNOUNCE_SECONDS, while the server runs) the version before it stays
+# latest. A sunset date passing changes nothing: a deprecated version stays in force until retired.
 
 
-def latest_in_force(alias: str, now: str) -> str:
-    """The SQL condition: version row `alias` is the latest in-force version of its skill at the
-    moment bound as placeholder `now`."""
-    n = "n_" + alias
-    return f"""({alias}.latest AND {in_force(alias, now)}
-        AND ({alias}.latest_until IS NULL OR {alias}.latest_until > {now}::timestamptz
-             OR NOT EXISTS (SELECT 1 FROM capability_versions {n}
-                             WHERE {n}.tenant = {alias}.tenant AND {n}.agent_id = {alias}.agent_id
-                               AND {n}.skill_id = {alias}.skill_id AND {n}.latest AND {in_force(n, now)}
-                               AND {LATEST_ORDER_RULE.before_sql(n, alias)})))"""
+def latest_in_force(alias: str) -> str:
+    """The SQL condition: version row `alias` is the latest in-force version of its skill (the
+    marker; not withdrawn too, which every write that withdraws one refreshes anyway, so that a
+    reader never shows a withdrawn row whatever the marker says)."""
+    return f"({alias}.latest AND {not_withdrawn(alias)})"
 
 
-def latest_marks(rows: Sequence[Mapping[str, Any]], *, now: datetime) -> list[tuple[bool, datetime | None]]:
-    """(latest, latest_until) of each of `rows` as refresh_latest derives them, in Python: versions of
-    one or more skills (every stored one that is not retired, and the new ones), the same rules read
-    the other way (auth.policy NOT_WITHDRAWN, IN_FORCE at now less CLOCK_SKEW_MARGIN, LATEST_ORDER).
-    New rows are inserted with it (insert_versions), so that the refresh after them, which stays the
-    authority, finds them right and writes nothing: a row written twice is two tuples, with every
-    index entry of the second (two GIN indexes among them) written again."""
-    settled = now - CLOCK_SKEW_MARGIN
-    marks: list[tuple[bool, datetime | None]] = [(False, None)] * len(rows)
-    skills: dict[tuple[str, str, str], list[int]] = {}
-    for index, row in enumerate(rows):
-        skills.setdefault((row["tenant"], row["agent_id"], row["skill_id"]), []).append(index)
-    for indexes in skills.values():
-        in_force_before, next_effective = 0, None
-        for row in LATEST_ORDER_RULE.sorted([{**rows[i], "_index": i} for i in indexes]):
-            live = NOT_WITHDRAWN_RULE.holds(row)
-            if live and in_force_before == 0:
-                marks[row["_index"]] = (True, next_effective)
-            if IN_FORCE_RULE.holds(row, now=settled):
-                in_force_before += 1
-            if live and row["effective_at"] is not None:
-                next_effective = (
-                    row["effective_at"] if next_effective is None else min(next_effective, row["effective_at"])
-                )
-    return marks
+def is_latest(row: Mapping[str, Any]) -> bool:
+    """latest_in_force, on a row already read (with its `latest` and `status`)."""
+    return bool(row["latest"]) and NOT_WITHDRAWN_RULE.holds(row)
 
 
-def _refresh_latest_sql(keys: str, settled: str) -> str:
-    """One window pass over the skills' versions in LATEST_ORDER (`keys`: a condition on `c`;
-    `settled`: the placeholder of the moment CLOCK_SKEW_MARGIN before now)."""
+def _refresh_latest_sql(keys: str, now: str) -> str:
+    """One window pass over the skills' versions in LATEST_ORDER: the first in force at `now` (a
+    placeholder) is marked, every other row not (`keys`: a condition on `c`)."""
     return f"""
         WITH ordered AS MATERIALIZED (
-            SELECT c.tenant, c.agent_id, c.skill_id, c.version, ({not_withdrawn("c")}) AS live,
-                   count(*) FILTER (WHERE {in_force("c", settled)}) OVER before AS in_force_before,
-                   min(c.effective_at) FILTER (WHERE {not_withdrawn("c")}) OVER before AS next_effective
+            SELECT c.tenant, c.agent_id, c.skill_id, c.version, ({in_force("c", now)}) AS in_force,
+                   count(*) FILTER (WHERE {in_force("c", now)}) OVER before AS in_force_before
               FROM capability_versions c
              WHERE {keys}
             WINDOW before AS (PARTITION BY c.tenant, c.agent_id, c.skill_id ORDER BY {LATEST_ORDER}
-                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)),
-        target AS (
-            SELECT o.tenant, o.agent_id, o.skill_id, o.version, o.live AND o.in_force_before = 0 AS latest,
-                   CASE WHEN o.live AND o.in_force_before = 0 THEN o.next_effective END AS latest_until
-              FROM ordered o)
-        UPDATE capability_versions u SET latest = t.latest, latest_until = t.latest_until
-          FROM target t
-         WHERE u.tenant = t.tenant AND u.agent_id = t.agent_id AND u.skill_id = t.skill_id AND u.version = t.version
-           AND (u.latest IS DISTINCT FROM t.latest OR u.latest_until IS DISTINCT FROM t.latest_until)"""
+                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
+        UPDATE capability_versions u SET latest = o.in_force AND o.in_force_before = 0
+          FROM ordered o
+         WHERE u.tenant = o.tenant AND u.agent_id = o.agent_id AND u.skill_id = o.skill_id AND u.version = o.version
+           AND u.latest IS DISTINCT FROM (o.in_force AND o.in_force_before = 0)"""
 
 
 async def refresh_latest(
@@ -151,13 +112,14 @@ async def refresh_latest(
         [k[0] for k in keys],
         [k[1] for k in keys],
         [k[2] for k in keys],
-        now - CLOCK_SKEW_MARGIN,
+        now,
     )
 
 
 async def refresh_all_latest(conn: asyncpg.Connection, *, now: datetime) -> None:
-    """The latest marker of every skill (migration 0012's backfill; bench data inserted with SQL)."""
-    await conn.execute(_refresh_latest_sql("true", "$1"), now - CLOCK_SKEW_MARGIN)
+    """The latest marker of every skill at `now` (migrations 0012 and 0016's backfill; bench data
+    inserted with SQL)."""
+    await conn.execute(_refresh_latest_sql("true", "$1"), now)
 
 
 async def content_hashes(
@@ -173,18 +135,14 @@ async def content_hashes(
     return {(r["skill_id"], r["version_key"]): (r["version"], r["content_hash"]) for r in rows}
 
 
-async def insert_versions(
-    conn: asyncpg.Connection, rows: list[dict[str, Any]], *, now: datetime, stored: Sequence[Mapping[str, Any]]
-) -> None:
+async def insert_versions(conn: asyncpg.Connection, rows: list[dict[str, Any]], *, now: datetime) -> None:
     """Insert new capability versions of one agent (rows with the same keys) in one pipelined round
     trip, under that agent's registration lock (db.agents.lock_agent, the caller's), then refresh
-    their skills' latest marker. `stored`: the agent's versions that are not retired (version_contracts),
-    for the marker the rows are inserted with (latest_marks). Their words go into the search
+    their skills' latest marker at `now`: rows go in unmarked (the column's default) and the refresh
+    marks the one that is latest, so the rule is decided in one place. Their words go into the search
     lexicon once per batch (db.group_commit, WriteScope.index_words)."""
     if not rows:
         return
-    marks = latest_marks([*rows, *stored], now=now)
-    rows = [row | {"latest": latest, "latest_until": until} for row, (latest, until) in zip(rows, marks, strict=False)]
     columns = list(rows[0])
     placeholders = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
     await conn.executemany(
@@ -199,10 +157,11 @@ async def insert_versions(
 async def skill_versions(
     conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str, skill_id: str, *, detail: bool = False
 ) -> list[asyncpg.Record]:
-    """Every version of one skill, newest first, retired and future ones included."""
+    """Every version of one skill, newest first, retired and future ones included, each with its
+    latest marker (is_latest)."""
     columns = DETAIL_COLUMNS if detail else PUBLIC_COLUMNS
     return await conn.fetch(
-        f"""SELECT {columns}, {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances
+        f"""SELECT {columns}, c.latest, {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances
               FROM capability_versions c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
              WHERE c.tenant = $1 AND c.agent_id = $2 AND c.skill_id = $3
              ORDER BY c.version_key DESC, c.version COLLATE "C" DESC""",
@@ -213,18 +172,17 @@ async def skill_versions(
 
 
 async def latest_per_skill(
-    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str, *, now: datetime, detail: bool = False
+    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str, *, detail: bool = False
 ) -> list[asyncpg.Record]:
-    """The newest version of each of an agent's skills in force at `now` (releases preferred over pre-releases)."""
+    """The latest in-force version of each of an agent's skills (the marker: latest_in_force), by skill."""
     columns = DETAIL_COLUMNS if detail else PUBLIC_COLUMNS
     return await conn.fetch(
-        f"""SELECT DISTINCT ON (c.skill_id) {columns}, {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances
+        f"""SELECT {columns}, {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances
               FROM capability_versions c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
-             WHERE c.tenant = $1 AND c.agent_id = $2 AND {in_force("c", "$3")}
-             ORDER BY c.skill_id, {LATEST_ORDER}""",
+             WHERE c.tenant = $1 AND c.agent_id = $2 AND {latest_in_force("c")}
+             ORDER BY c.skill_id""",
         tenant,
         agent_id,
-        now,
     )
 
 
@@ -261,12 +219,13 @@ def _like_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-# Section 3's filters on an agent's health and on version content, one definition for discovery and
-# ranked search (db.ranked_search).
-HAS_LIVE_INSTANCE = (
-    "EXISTS (SELECT 1 FROM agent_instances i"
-    " WHERE i.tenant = a.tenant AND i.agent_id = a.agent_id AND i.expires_at > now())"
-)
+# Section 3's filters on version content, one definition for discovery and ranked search
+# (db.ranked_search); the health filter is db.agents.HAS_LIVE_INSTANCE.
+
+
+def serves_regions_sql(data_regions: str, regions: str) -> str:
+    """auth.policy.serves_regions as SQL: the text[] column `data_regions` serves the text[] `regions`."""
+    return f"(cardinality({data_regions}) = 0 OR {data_regions} && {regions})"
 
 
 def content_filter(
@@ -285,7 +244,7 @@ def content_filter(
     if side_effect_max is not None:
         clauses.append(f"c.side_effect_rank <= {bind(side_effect_max)}")
     if region is not None:
-        clauses.append(f"(cardinality(c.data_regions) = 0 OR {bind(region)} = ANY (c.data_regions))")
+        clauses.append(serves_regions_sql("c.data_regions", f"ARRAY[{bind(region)}::text]"))
     if status is not None:
         clauses.append(f"c.status = {bind(status)}")
     return clauses
@@ -329,7 +288,9 @@ async def discover(
     agent_filters.append(visible_agents_filter(viewer_tenant, bind))
     if healthy_only:
         agent_filters.append(HAS_LIVE_INSTANCE)
-    version_filters = [in_force("c", bind(now))]
+    # `versions=latest` reads the marker (decided at write and by the housekeeping tick); `all`, every
+    # version in force at `now`.
+    version_filters = [latest_in_force("c") if latest_only else in_force("c", bind(now))]
     if skill is not None:
         if skill.endswith("*"):
             version_filters.append(f"c.skill_id LIKE {bind(_like_escape(skill[:-1]) + '%')}")
@@ -339,8 +300,8 @@ async def discover(
     content_filters = content_filter(bind, tags=tags, side_effect_max=side_effect_max, region=region, status=status)
 
     # Both shapes walk agents in primary-key order and, per agent, its versions through an index
-    # in page order (capability_versions_order, capability_versions_all_order), so a page stops
-    # after `limit` matches instead of sorting every visible capability. The LATERAL form pins that
+    # in page order (capability_versions_latest_agent's marked rows, capability_versions_all_order),
+    # so a page stops after `limit` matches instead of sorting every visible capability. The LATERAL form pins that
     # plan: with a plain join the planner misjudges the two-column join and sorts everything
     # (see docs/performance.md for the plans).
     if after is not None:
@@ -354,10 +315,10 @@ async def discover(
                 f" OR ((a.tenant, a.agent_id, c.skill_id) = ({k[0]}, {k[1]}, {k[2]}) AND c.version_key < {bind(after[3])}))"
             )
     if latest_only:
-        versions = f"""SELECT DISTINCT ON (c.skill_id) {PUBLIC_COLUMNS}, c.side_effect_rank
+        versions = f"""SELECT {PUBLIC_COLUMNS}, c.side_effect_rank
                          FROM capability_versions c
                         WHERE c.tenant = a.tenant AND c.agent_id = a.agent_id AND {" AND ".join(version_filters)}
-                        ORDER BY c.skill_id, {LATEST_ORDER}"""
+                        ORDER BY c.skill_id"""
         order = "a.tenant, a.agent_id, c.skill_id"
     else:
         versions = f"""SELECT {PUBLIC_COLUMNS}, c.side_effect_rank
@@ -407,8 +368,7 @@ async def skill_content_sizes(conn: asyncpg.Connection, tenant: str, agent_id: s
 
 
 async def version_contracts(conn: asyncpg.Connection, tenant: str, agent_id: str) -> list[asyncpg.Record]:
-    """What the compatibility check compares, and what the latest marker is derived from
-    (latest_marks), for every non-retired version of an agent's skills."""
+    """What the compatibility check compares, for every non-retired version of an agent's skills."""
     return await conn.fetch(
         """SELECT tenant, agent_id, skill_id, version, input_schema, output_schema, scopes, side_effect,
                   requires_approval, data_regions, status, fixture_count, version_key, prerelease, effective_at
@@ -467,6 +427,31 @@ async def retire_version(
         version,
     )
     await refresh_latest(conn, [(tenant, agent_id, skill_id)], now=now)
+
+
+async def retire_agent_versions(
+    conn: asyncpg.Connection, tenant: str, agent_id: str, *, now: datetime
+) -> list[asyncpg.Record]:
+    """Retire every version of the agent not retired yet (its withdrawal); each one retired, with
+    the status it had (`skill_id`, `version`, `status`). The agent's registration lock is held."""
+    rows = await conn.fetch(
+        """WITH before AS (
+               SELECT skill_id, version, status FROM capability_versions
+                WHERE tenant = $1 AND agent_id = $2 AND status <> 'retired'
+                ORDER BY skill_id, version FOR UPDATE
+           ), retired AS (
+               UPDATE capability_versions c SET status = 'retired', updated_at = now()
+                 FROM before b
+                WHERE c.tenant = $1 AND c.agent_id = $2 AND c.skill_id = b.skill_id AND c.version = b.version
+           )
+           SELECT skill_id, version, status FROM before ORDER BY skill_id, version""",
+        tenant,
+        agent_id,
+    )
+    skills = sorted({r["skill_id"] for r in rows})
+    if skills:
+        await refresh_latest(conn, [(tenant, agent_id, s) for s in skills], now=now, agents_locked=True)
+    return rows
 
 
 async def fixtures_of(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import asyncpg
+import msgspec
 
 from auth.policy import EFFECTIVE, VISIBLE
 
@@ -49,20 +50,29 @@ async def record_changes(conn: asyncpg.Connection, changes: list[tuple[str, str,
     return seqs
 
 
+class ChangeRow(msgspec.Struct, frozen=True):
+    """One entry of the change feed."""
+
+    seq: int
+    kind: str
+    ref: str
+    at: datetime
+
+
 async def current_seq(conn: asyncpg.Connection | asyncpg.Pool) -> int:
     return await conn.fetchval("SELECT seq FROM change_head WHERE id = 1")
 
 
 async def changes_after(
     conn: asyncpg.Connection | asyncpg.Pool, after: int, *, tenant: str | None, limit: int, upto: int, now: datetime
-) -> list[asyncpg.Record]:
+) -> list[ChangeRow]:
     """Changes after `after` on records the caller's tenant may see (None: public records only).
 
     A change on a version not yet effective at `now` (auth.policy.EFFECTIVE) is left out, as discovery leaves
     the version out; once it is effective, a `version.effective` change announces it (db.housekeeping).
     Changes to candidates are never shown: one passing its replay is announced as `version.published`.
     """
-    return await conn.fetch(
+    rows = await conn.fetch(
         f"""SELECT c.seq, c.kind, c.ref, c.at
              FROM changes c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
             WHERE c.seq > $1 AND c.seq <= $4 AND c.kind <> $5
@@ -78,3 +88,4 @@ async def changes_after(
         CANDIDATE_CHANGE_KIND,
         now,
     )
+    return [ChangeRow(**row) for row in rows]

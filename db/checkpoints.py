@@ -5,11 +5,32 @@ from __future__ import annotations
 from datetime import datetime
 
 import asyncpg
+import msgspec
 
 CHECKPOINT_COLUMNS = "seq, hash, at, kid, signature, root, chains"
 HEAD_COLUMNS = "head_chains, head_chain_seqs, head_hashes"
 # Checkpoint writers of every replica take turns (make_checkpoint): a later checkpoint never covers less.
 CHECKPOINT_LOCK = 0x6361_7072_6567_0009
+
+
+class StoredCheckpoint(msgspec.Struct, frozen=True, kw_only=True):
+    """A row of audit_checkpoints. `root` and `chains` are None on a checkpoint from before chains
+    per tenant; the head_* columns are read only when asked for (None otherwise)."""
+
+    seq: int
+    hash: str
+    at: datetime
+    kid: str
+    signature: str
+    root: str | None
+    chains: int | None
+    head_chains: list[str] | None = None
+    head_chain_seqs: list[int] | None = None
+    head_hashes: list[str] | None = None
+
+
+def _stored(row: asyncpg.Record | None) -> StoredCheckpoint | None:
+    return StoredCheckpoint(**row) if row is not None else None
 
 
 async def insert_checkpoint(
@@ -42,17 +63,17 @@ async def insert_checkpoint(
 
 async def latest_checkpoint(
     conn: asyncpg.Connection | asyncpg.Pool, *, with_heads: bool = False
-) -> asyncpg.Record | None:
+) -> StoredCheckpoint | None:
     """The newest checkpoint (`with_heads`: with the chain heads it covers)."""
     columns = f"{CHECKPOINT_COLUMNS}, {HEAD_COLUMNS}" if with_heads else CHECKPOINT_COLUMNS
-    return await conn.fetchrow(f"SELECT {columns} FROM audit_checkpoints ORDER BY id DESC LIMIT 1")
+    return _stored(await conn.fetchrow(f"SELECT {columns} FROM audit_checkpoints ORDER BY id DESC LIMIT 1"))
 
 
-def covered_heads(row: asyncpg.Record) -> list[tuple[str, int, str]]:
-    """The (chain, chainSeq, hash) heads a checkpoint row read `with_heads` covers, in tree order."""
-    if row["root"] is None:
+def covered_heads(row: StoredCheckpoint) -> list[tuple[str, int, str]]:
+    """The (chain, chainSeq, hash) heads a checkpoint read `with_heads` covers, in tree order."""
+    if row.root is None:
         return []
-    return list(zip(row["head_chains"], row["head_chain_seqs"], row["head_hashes"], strict=False))
+    return list(zip(row.head_chains or [], row.head_chain_seqs or [], row.head_hashes or [], strict=False))
 
 
 async def every_public_key(conn: asyncpg.Connection | asyncpg.Pool) -> list[dict]:
@@ -62,8 +83,11 @@ async def every_public_key(conn: asyncpg.Connection | asyncpg.Pool) -> list[dict
     return [dict(row["public_jwk"]) for row in rows]
 
 
-async def checkpoint_with_root(conn: asyncpg.Connection | asyncpg.Pool, root: str) -> asyncpg.Record | None:
+async def checkpoint_with_root(conn: asyncpg.Connection | asyncpg.Pool, root: str) -> StoredCheckpoint | None:
     """A stored checkpoint that signed `root`, with the heads it covers."""
-    return await conn.fetchrow(
-        f"SELECT {CHECKPOINT_COLUMNS}, {HEAD_COLUMNS} FROM audit_checkpoints WHERE root = $1 ORDER BY id LIMIT 1", root
+    return _stored(
+        await conn.fetchrow(
+            f"SELECT {CHECKPOINT_COLUMNS}, {HEAD_COLUMNS} FROM audit_checkpoints WHERE root = $1 ORDER BY id LIMIT 1",
+            root,
+        )
     )

@@ -8,7 +8,7 @@ from typing import Literal
 
 import asyncpg
 
-from db.tickets import ACTIVE
+from db.tickets import active as active_at
 
 GRANT_COLUMNS = (
     "t.jti, t.parent_jti, t.ref, t.audience, t.actor, t.on_behalf_of, t.scopes, t.resources, t.depth, "
@@ -29,6 +29,7 @@ async def tenant_grants(
     after: tuple[datetime, str] | None = None,
     limit: int = 100,
     order: Literal["issued", "expiry"] = "issued",
+    now: datetime,
 ) -> list[asyncpg.Record]:
     """One page, in (issued_at, jti) order (`order="expiry"`: (expires_at, jti), soonest first), of
     tickets whose capability tenant or minting caller's tenant is `viewer_tenant`, each with `active`.
@@ -43,8 +44,9 @@ async def tenant_grants(
         return f"${len(params)}"
 
     filters = ["(t.tenant = $1 OR t.actor_tenant = $1)"]
+    is_active = active_at(f"{bind(now)}::timestamptz")  # at the app's clock, as introspection
     if active is not None:
-        filters.append(ACTIVE if active else f"NOT {ACTIVE}")
+        filters.append(is_active if active else f"NOT {is_active}")
     if actor is not None:
         filters.append(f"t.actor = {bind(actor)}" if "/" in actor else f"split_part(t.actor, '/', 2) = {bind(actor)}")
     if skill is not None:
@@ -55,7 +57,7 @@ async def tenant_grants(
     if after is not None:
         filters.append(f"({key}, t.jti) > ({bind(after[0])}, {bind(after[1])})")
     return await conn.fetch(
-        f"""SELECT {GRANT_COLUMNS}, {ACTIVE} AS active
+        f"""SELECT {GRANT_COLUMNS}, {is_active} AS active
               FROM tickets t
               JOIN capability_versions cv ON cv.tenant = t.tenant AND cv.agent_id = t.agent_id
                                          AND cv.skill_id = t.skill_id AND cv.version = t.version

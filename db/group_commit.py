@@ -39,6 +39,7 @@ from db.audit_events import AuditEvent, event_chains
 from db.audit_sequencer import AuditSequencer
 from db.batching import BatchQueue
 from db.changes import record_changes
+from db.pool import PoolWaits
 
 log = logging.getLogger("capreg.db")
 
@@ -103,9 +104,13 @@ Queued = Write | LaneWrite | RowInsert | list[AuditEvent]
 class GroupCommit(BatchQueue[Queued]):
     """Audited writes of concurrent requests in one transaction and one commit (the module docstring)."""
 
-    def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 128, concurrency: int = 3):
+    def __init__(
+        self, pool: asyncpg.Pool, *, max_batch: int = 128, concurrency: int = 3, waits: PoolWaits | None = None
+    ):
         super().__init__(max_batch=max_batch, concurrency=concurrency)
         self.pool = pool
+        # The batch's wait for a connection, counted with the other request paths' (/metrics).
+        self.waits = waits or PoolWaits(pool)
         self.sequencer = AuditSequencer(pool)
 
     def start(self) -> None:
@@ -149,7 +154,7 @@ class GroupCommit(BatchQueue[Queued]):
 
     async def _commit(self, batch: list[tuple[Queued, asyncio.Future[Any]]], attempt: int = 1) -> None:
         try:
-            async with self.pool.acquire() as conn:
+            async with self.waits.acquire() as conn:
                 outcomes, stored = await self._execute(conn, batch)
         except Exception as exc:
             if len(batch) == 1 and isinstance(exc, _RETRY_ALONE) and attempt < _ATTEMPTS_ALONE:

@@ -1,5 +1,6 @@
 """Queries of the server's housekeeping: pruning records past retention (never the audit log), and
-announcing versions in the change feed when their effectiveAt arrives."""
+announcing versions in the change feed when their effectiveAt arrives, with their skills' latest
+marker re-derived in the same transaction (db.capabilities.refresh_latest)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import asyncpg
 
 from auth.policy import IN_FORCE
 from db.agents import prune_lapsed_leases
+from db.capabilities import refresh_latest
 from db.changes import record_change
 
 EFFECTIVE = "version.effective"
@@ -36,14 +38,16 @@ async def prune_leases(conn: asyncpg.Connection | asyncpg.Pool) -> int:
 
 async def announce_effective(conn: asyncpg.Connection, *, now: datetime) -> int:
     """Record a `version.effective` change for each version whose future effectiveAt has arrived by
-    `now`, so it is in force (auth.policy.IN_FORCE), one replica at a time (the others skip).
-    Returns how many were announced."""
+    `now`, so it is in force (auth.policy.IN_FORCE), one replica at a time (the others skip), and
+    re-derive the latest marker of those versions' skills at `now` (the app's clock, as every write
+    decides it) in the same transaction: readers see the new latest version and its announcement
+    together. Until this runs the version before it stays latest. Returns how many were announced."""
     async with conn.transaction():
         mark = await conn.fetchval("SELECT at FROM effective_watermark WHERE id = 1 FOR UPDATE SKIP LOCKED")
         if mark is None:
             return 0
         due = await conn.fetch(
-            f"""SELECT v.tenant, v.agent_id, v.tenant || '/' || v.agent_id || '/' || v.skill_id || '@' || v.version AS ref
+            f"""SELECT v.tenant, v.agent_id, v.skill_id, v.tenant || '/' || v.agent_id || '/' || v.skill_id || '@' || v.version AS ref
                   FROM capability_versions v
                  WHERE v.effective_at > $1::timestamptz - interval '{_LOOKBACK}' AND {IN_FORCE.sql("v", now="$2")}
                    AND v.published_at < v.effective_at
@@ -53,6 +57,9 @@ async def announce_effective(conn: asyncpg.Connection, *, now: datetime) -> int:
             mark,
             now,
         )
+        # The refresh takes the agents' locks before the change head's (record_change), the order
+        # every write takes them in, so the tick and a publish never wait on each other in a cycle.
+        await refresh_latest(conn, [(r["tenant"], r["agent_id"], r["skill_id"]) for r in due], now=now)
         for row in due:
             await record_change(conn, EFFECTIVE, row["tenant"], row["agent_id"], row["ref"])
         await conn.execute("UPDATE effective_watermark SET at = $1 WHERE id = 1", now)

@@ -34,6 +34,7 @@ import asyncpg
 from db.agents import LeaseRenewal, RenewedLease, renew_leases, renew_live_leases
 from db.batching import BatchQueue
 from db.changes import CHANGE_CHANNEL, LOCAL_CHANGE_LISTENERS
+from db.pool import PoolWaits
 
 log = logging.getLogger("capreg.db")
 
@@ -52,9 +53,19 @@ _HINT_MARGIN_SECONDS = 6.0
 
 
 class LeaseRenewals(BatchQueue[LeaseRenewal]):
-    def __init__(self, pool: asyncpg.Pool, *, max_instances: int = 1000, max_batch: int = 512, concurrency: int = 4):
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        *,
+        max_instances: int = 1000,
+        max_batch: int = 512,
+        concurrency: int = 4,
+        waits: PoolWaits | None = None,
+    ):
         super().__init__(max_batch=max_batch, concurrency=concurrency)
         self.pool = pool
+        # The batch's wait for a connection, counted with the other request paths' (/metrics).
+        self.waits = waits or PoolWaits(pool)
         self.max_instances = max_instances
         self._live_until: dict[int, float] = {}  # hash of (tenant, agent, instance) -> monotonic expiry
 
@@ -98,7 +109,7 @@ class LeaseRenewals(BatchQueue[LeaseRenewal]):
         keys = sorted(latest)
         now = time.monotonic()
         hinted = [latest[key] for key in keys if self._live_until.get(hash(key), 0.0) > now + _HINT_MARGIN_SECONDS]
-        async with self.pool.acquire() as conn:
+        async with self.waits.acquire() as conn:
             renewed = await renew_live_leases(conn, hinted) if hinted else []
             done = {(r.tenant, r.agent_id, r.instance_id) for r in renewed}
             rest = [latest[key] for key in keys if key not in done]

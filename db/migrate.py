@@ -20,8 +20,9 @@ async def _backfill_latest(conn: asyncpg.Connection) -> None:
 
 
 # Steps run in a migration's transaction right after its SQL: data derived by rules that live in
-# Python-built SQL (one definition), not written again in a migration file.
-_AFTER = {12: _backfill_latest}
+# Python-built SQL (one definition), not written again in a migration file. 16 changed what the
+# latest marker marks (one row per skill, nothing ahead of its effectiveAt): every marker again.
+_AFTER = {12: _backfill_latest, 16: _backfill_latest}
 
 
 class MigrationError(RuntimeError):

@@ -11,10 +11,8 @@ from typing import Any, Protocol
 
 import asyncpg
 
-from db.agents import HEALTH_SQL, LIVE_INSTANCES_SQL
+from db.agents import HAS_LIVE_INSTANCE, HEALTH_SQL, LEASE_UNTIL_SQL, LIVE_INSTANCES_SQL
 from db.capabilities import (
-    HAS_LIVE_INSTANCE,
-    LEASE_UNTIL_SQL,
     PUBLIC_COLUMNS,
     _like_escape,
     content_filter,
@@ -69,7 +67,8 @@ async def checked_page(
 ) -> list[asyncpg.Record]:
     """The rows of the candidates `hits` that the viewer may see and the filters admit, in the
     order of `hits`, each with its `score` and `ref_key`. Filters as in db.capabilities.discover,
-    decided on the latest version in force at `now` ("the latest, if it matches")."""
+    decided on the latest version in force (its marker: "the latest, if it matches"), or with
+    `latest_only` false on every version in force at `now`."""
     params: list[Any] = []
 
     def bind(value: Any) -> str:
@@ -91,8 +90,7 @@ async def checked_page(
     if healthy_only:
         filters.append(HAS_LIVE_INSTANCE)
     filters += content_filter(bind, tags=tags, side_effect_max=side_effect_max, region=region, status=status)
-    moment = bind(now)
-    filters.append(latest_in_force("c", moment) if latest_only else in_force("c", moment))
+    filters.append(latest_in_force("c") if latest_only else in_force("c", bind(now)))
     sql = f"""
         SELECT {PUBLIC_COLUMNS}, h.score, {REF_SQL} AS ref_key,
                a.visibility AS agent_visibility, a.shared_with AS agent_shared_with,
@@ -106,10 +104,8 @@ async def checked_page(
     return await conn.fetch(sql, *params)
 
 
-async def latest_hits(
-    conn: asyncpg.Connection | asyncpg.Pool, hits: Sequence[Candidate], *, now: datetime
-) -> list[asyncpg.Record]:
-    """Of the candidates, those that are the latest version in force of their skill at `now`:
+async def latest_hits(conn: asyncpg.Connection | asyncpg.Pool, hits: Sequence[Candidate]) -> list[asyncpg.Record]:
+    """Of the candidates, those that are the latest version in force of their skill (its marker):
     (tenant, agent_id, score), in the order of `hits` (ARD's matched set: db.ard.matched_ctes)."""
     params: list[Any] = []
 
@@ -123,6 +119,6 @@ async def latest_hits(
           FROM {relation}
           JOIN capability_versions c ON c.tenant = h.tenant AND c.agent_id = h.agent_id AND c.skill_id = h.skill_id
                                     AND c.version = h.version
-         WHERE {latest_in_force("c", bind(now))}
+         WHERE {latest_in_force("c")}
          ORDER BY h.ord"""
     return await conn.fetch(sql, *params)

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Any, Literal
 
 import asyncpg
+import msgspec
+
+
+class StoredReplay(msgspec.Struct, frozen=True):
+    """A judged report as listed: when, by whom, the verdict and its errors (JSON objects)."""
+
+    at: datetime
+    actor: str
+    verdict: Literal["passed", "failed"]
+    errors: list[dict[str, Any]]
 
 
 async def insert_replay(conn: asyncpg.Connection, row: dict[str, Any]) -> None:
@@ -27,9 +38,9 @@ async def insert_replay(conn: asyncpg.Connection, row: dict[str, Any]) -> None:
 
 async def replays_of(
     conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str, skill_id: str, version: str, *, limit: int
-) -> list[asyncpg.Record]:
+) -> list[StoredReplay]:
     """A version's judged reports, newest first."""
-    return await conn.fetch(
+    rows = await conn.fetch(
         """SELECT at, actor, verdict, errors FROM capability_replays
             WHERE tenant = $1 AND agent_id = $2 AND skill_id = $3 AND version = $4
             ORDER BY id DESC LIMIT $5""",
@@ -39,3 +50,4 @@ async def replays_of(
         version,
         limit,
     )
+    return [StoredReplay(**row) for row in rows]

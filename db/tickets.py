@@ -5,6 +5,8 @@ active checks batched across concurrent requests (ActiveTicketChecks)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -17,12 +19,17 @@ TICKET_COLUMNS = (
     "t.revoked_at, t.act, t.kid"
 )
 
-# The one definition of an active ticket (docs/api.md#ticket-claims), over `tickets t` joined with its
-# `capability_versions cv`: unexpired, unrevoked, its capability version not retired, and no ancestor
-# revoked or expired. The grant report filters on it (db/grants.py); `ticket_state` answers it as
-# `active`, which introspection and re-delegation read. (Revoking also revokes descendants under a
-# tree lock; the ancestor walk is a guard, at most maxDepth primary-key lookups.)
-ACTIVE = """(t.revoked_at IS NULL AND t.expires_at > now() AND cv.status <> 'retired'
+
+def active(now: str) -> str:
+    """The one definition of an active ticket (docs/api.md#ticket-claims), over `tickets t` joined
+    with its `capability_versions cv`: unexpired, unrevoked, its capability version not retired, and
+    no ancestor revoked or expired. Expiry is judged at `now`, a placeholder bound to the app's clock
+    (registry.core.clock), the clock the ticket's `exp` was set and is verified by: one clock for
+    ticket activity (issue 36), never the database's now(). The grant report filters on it
+    (db/grants.py); `ticket_state` answers it as `active`, which re-delegation reads, and
+    `active_tickets` for introspection. (Revoking also revokes descendants under a tree lock; the
+    ancestor walk is a guard, at most maxDepth primary-key lookups.)"""
+    return f"""(t.revoked_at IS NULL AND t.expires_at > {now} AND cv.status <> 'retired'
            AND NOT EXISTS (
                WITH RECURSIVE ancestors AS (
                    SELECT p.jti, p.parent_jti, p.revoked_at, p.expires_at FROM tickets p WHERE p.jti = t.parent_jti
@@ -30,9 +37,10 @@ ACTIVE = """(t.revoked_at IS NULL AND t.expires_at > now() AND cv.status <> 'ret
                    SELECT p.jti, p.parent_jti, p.revoked_at, p.expires_at
                      FROM tickets p JOIN ancestors a ON p.jti = a.parent_jti
                )
-               SELECT 1 FROM ancestors WHERE revoked_at IS NOT NULL OR expires_at <= now()))"""
+               SELECT 1 FROM ancestors WHERE revoked_at IS NOT NULL OR expires_at <= {now}))"""
 
-# A ticket `t` with its capability version `cv`, which ACTIVE reads.
+
+# A ticket `t` with its capability version `cv`, which `active` reads.
 _WITH_VERSION = """JOIN capability_versions cv ON cv.tenant = t.tenant AND cv.agent_id = t.agent_id
                                          AND cv.skill_id = t.skill_id AND cv.version = t.version"""
 
@@ -47,32 +55,34 @@ async def get_ticket(conn: asyncpg.Connection | asyncpg.Pool, jti: str) -> async
     return await conn.fetchrow(f"SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.jti = $1", jti)
 
 
-async def ticket_state(conn: asyncpg.Connection | asyncpg.Pool, jti: str) -> asyncpg.Record | None:
-    """A ticket's row with `active` (ACTIVE), and why it may not be: `chain_revoked` (it or any
-    ancestor revoked) and `capability_status`."""
-    return await conn.fetchrow(
-        f"""WITH RECURSIVE chain AS (
-                SELECT jti, parent_jti, revoked_at FROM tickets WHERE jti = $1
-                UNION ALL
-                SELECT p.jti, p.parent_jti, p.revoked_at FROM tickets p JOIN chain c ON p.jti = c.parent_jti
-            )
-            SELECT {TICKET_COLUMNS}, cv.status AS capability_status, {ACTIVE} AS active,
-                   (SELECT bool_or(revoked_at IS NOT NULL) FROM chain) AS chain_revoked
-              FROM tickets t
-              {_WITH_VERSION}
-             WHERE t.jti = $1""",
-        jti,
+# ticket_state's statement ($1 the jti, $2 the app's now).
+TICKET_STATE_SQL = f"""WITH RECURSIVE chain AS (
+        SELECT jti, parent_jti, revoked_at FROM tickets WHERE jti = $1
+        UNION ALL
+        SELECT p.jti, p.parent_jti, p.revoked_at FROM tickets p JOIN chain c ON p.jti = c.parent_jti
     )
+    SELECT {TICKET_COLUMNS}, cv.status AS capability_status, {active("$2::timestamptz")} AS active,
+           (SELECT bool_or(revoked_at IS NOT NULL) FROM chain) AS chain_revoked
+      FROM tickets t
+      {_WITH_VERSION}
+     WHERE t.jti = $1"""
 
 
-async def active_tickets(conn: asyncpg.Connection | asyncpg.Pool, jtis: list[str]) -> set[str]:
-    """Of `jtis`, those whose ticket is active now (ACTIVE): what introspection answers, for many
-    tickets in one statement."""
+async def ticket_state(conn: asyncpg.Connection | asyncpg.Pool, jti: str, *, now: datetime) -> asyncpg.Record | None:
+    """A ticket's row with `active` (`active`, at the app's `now`), and why it may not be:
+    `chain_revoked` (it or any ancestor revoked) and `capability_status`."""
+    return await conn.fetchrow(TICKET_STATE_SQL, jti, now)
+
+
+async def active_tickets(conn: asyncpg.Connection | asyncpg.Pool, jtis: list[str], *, now: datetime) -> set[str]:
+    """Of `jtis`, those whose ticket is active at the app's `now` (`active`): what introspection
+    answers, for many tickets in one statement."""
     rows = await conn.fetch(
         f"""SELECT t.jti FROM tickets t
               {_WITH_VERSION}
-             WHERE t.jti = ANY($1::text[]) AND {ACTIVE}""",
+             WHERE t.jti = ANY($1::text[]) AND {active("$2::timestamptz")}""",
         jtis,
+        now,
     )
     return {row["jti"] for row in rows}
 
@@ -84,9 +94,10 @@ class ActiveTicketChecks(BatchQueue[str]):
     that began after the check was asked, so a revocation committed before it is always seen. A
     batch that fails (the database gone) fails the checks in it, as each alone would have."""
 
-    def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 256, concurrency: int = 2):
+    def __init__(self, pool: asyncpg.Pool, *, now: Callable[[], datetime], max_batch: int = 256, concurrency: int = 2):
         super().__init__(max_batch=max_batch, concurrency=concurrency)
         self.pool = pool
+        self.now = now  # the app's clock (registry.core.clock), read once per batch
 
     async def is_active(self, jti: str) -> bool:
         if self._task is None:  # started on first use, on the loop that asks
@@ -96,10 +107,10 @@ class ActiveTicketChecks(BatchQueue[str]):
         return await self._enqueue(jti)
 
     async def _commit(self, batch: list[tuple[str, asyncio.Future]]) -> None:
-        active = await active_tickets(self.pool, sorted({jti for jti, _ in batch}))
+        live = await active_tickets(self.pool, sorted({jti for jti, _ in batch}), now=self.now())
         for jti, future in batch:
             if not future.done():
-                future.set_result(jti in active)
+                future.set_result(jti in live)
 
 
 async def lock_tree(conn: asyncpg.Connection, root_jti: str) -> None:

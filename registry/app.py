@@ -15,13 +15,13 @@ from litestar.openapi import OpenAPIConfig
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from db.embedded import resolve_database_url
+from db.metrics_gauges import read_gauges
 from db.migrate import apply_migrations
 from db.pool import create_pool
 from registry.a2a import routes as a2a_rpc
 from registry.agents import publisher_routes as publisher
 from registry.agents import routes as agents
 from registry.ard import routes as ard
-from registry.ard.names import check_publisher_domains
 from registry.audit import chain as audit_chain
 from registry.audit import routes as audit
 from registry.config import Settings, load_settings
@@ -29,6 +29,7 @@ from registry.console import routes as console
 from registry.core.bounded_work import bounded_work
 from registry.core.change_watcher import ChangeWatcher
 from registry.core.problems import handle_exception
+from registry.core.publisher_domains import check_publisher_domains
 from registry.core.signing_keys import ensure_signing_key, load_keyring
 from registry.discovery import routes as discovery
 from registry.mcp import routes as mcp
@@ -42,7 +43,13 @@ from registry.tickets import routes as tickets
 from registry.versions import replay_routes as replays
 from registry.versions import routes as versions
 from registry.web import api_docs
-from registry.web.observability import RequestMetrics, observability_middleware
+from registry.web.observability import (
+    AccessLog,
+    DatabaseGauges,
+    RequestMetrics,
+    observability_middleware,
+    unmatched_request_hook,
+)
 from registry.web.openapi_strict import StrictJsonRenderPlugin
 from registry.web.query_parameters import DeclaredQueries
 from registry.web.rate_limit import TokenBuckets, rate_limit_middleware
@@ -77,6 +84,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             await watcher.start(pool)
             registry = Registry(settings, pool, keyring, watcher, read_pool)
             app.state.registry = registry
+            app.state.metrics = metrics  # the process's series (tests read the database gauges' reads)
             await registry.search.build()
             registry.search.start()
             registry.writes.start()
@@ -91,6 +99,52 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 ("capreg_read_waiting", "reads waiting for a read connection", lambda: registry.reads.waiting),
                 ("capreg_read_shed", "reads shed with 503 since start", lambda: registry.reads.shed),
             ]
+            metrics.counters = [
+                (
+                    "capreg_response_cache_hits",
+                    "discovery pages and cards answered from the cache",
+                    lambda: registry.responses.hits,
+                ),
+                (
+                    "capreg_response_cache_misses",
+                    "discovery pages and cards not in the cache",
+                    lambda: registry.responses.misses,
+                ),
+                (
+                    "capreg_release_cache_hits",
+                    "release rows answered from the cache",
+                    lambda: registry.release_cache.hits,
+                ),
+                ("capreg_release_cache_misses", "release rows not in the cache", lambda: registry.release_cache.misses),
+            ]
+            metrics.gauges += [
+                ("capreg_response_cache_bytes", "bytes held by the response cache", lambda: registry.responses.bytes),
+                ("capreg_release_cache_bytes", "bytes held by the release cache", lambda: registry.release_cache.bytes),
+            ]
+            metrics.histograms = [
+                (
+                    "capreg_group_commit_batch_size",
+                    "audited writes per group-commit batch",
+                    registry.writes.batch_sizes,
+                ),
+                ("capreg_lease_batch_size", "heartbeats per lease-renewal batch", registry.leases.batch_sizes),
+                (
+                    "capreg_db_pool_wait_seconds",
+                    "request paths' wait for a main-pool connection",
+                    registry.pool_waits.waits,
+                ),
+                (
+                    "capreg_read_pool_wait_seconds",
+                    "admitted reads' wait for a read-pool connection",
+                    registry.reads.pool_waits.waits,
+                ),
+            ]
+            # Read when /metrics is scraped, at most every few seconds (registry.web.observability).
+            metrics.database = DatabaseGauges(
+                read=lambda: read_gauges(pool),
+                index_seq=lambda: registry.search.seq,
+                monotonic=lambda: registry.clock.monotonic(),
+            )
             metrics.auth_failures = registry.auth_failures
             checkpoints = audit_chain.start_checkpoints(registry)
             chores = [asyncio.create_task(registry.watch_keys()), asyncio.create_task(run_housekeeping(registry))]
@@ -120,6 +174,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
 
     @get("/metrics", include_in_schema=False)
     async def serve_metrics() -> Response:
+        if metrics.database is not None:
+            await metrics.database.refresh()
         return Response(generate_latest(exposition), media_type=CONTENT_TYPE_LATEST)
 
     # Query parameters no route declares are refused before the handler (registry.web.query_parameters),
@@ -127,7 +183,10 @@ def create_app(settings: Settings | None = None) -> Litestar:
     declared_queries = DeclaredQueries()
     screen = screens(unstorable_screen, declared_queries.screen)
 
+    access_log = AccessLog(settings.access_log)
     app = Litestar(
+        # requests no route matched skip the middleware: counted and logged as `unmatched` here
+        before_send=[unmatched_request_hook(metrics, console.browser_headers, access_log)],
         # each operation's OpenAPI tag and security (registry.web.api_docs)
         route_handlers=api_docs.documented(
             [
@@ -158,6 +217,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 metrics,
                 extra_headers=console.browser_headers,
                 screen=None if settings.rate_limit > 0 else screen,
+                # one JSON line per request on `capreg.access` (CAPREG_ACCESS_LOG: a level, or off)
+                access_log=access_log,
             ),
             *(
                 [

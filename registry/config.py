@@ -10,7 +10,7 @@ import msgspec
 
 from auth.issuers import TrustedIssuer
 from db.pool import COMMAND_TIMEOUT
-from registry.ard.names import PublisherDomainError, parse_publisher_domains
+from registry.core.publisher_domains import PublisherDomainError, parse_publisher_domains
 
 
 class Settings(msgspec.Struct, kw_only=True):
@@ -56,6 +56,9 @@ class Settings(msgspec.Struct, kw_only=True):
     # `capreg serve`'s worker processes (CAPREG_WORKERS, or --workers): one per usable core, at most
     # WORKERS_MAX (each keeps its own search engine and caches: docs/deployment.md#workers).
     workers: int = 1
+    # The access log's level on the `capreg.access` logger (registry.web.observability.AccessLog):
+    # CAPREG_ACCESS_LOG=off switches it off, a level name (debug, info, warning) sets it.
+    access_log: str = "info"
 
 
 # Beyond this many workers per node, add replicas: each worker holds its own engine (up to about
@@ -129,7 +132,18 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         cache_budget=_number(env, "CAPREG_CACHE_BUDGET", 64 * 1024 * 1024),
         search_meaning=_flag(env, "CAPREG_SEARCH_MEANING") is not False,
         workers=_positive(env, "CAPREG_WORKERS", default_workers()),
+        access_log=_access_log_level(env),
     )
+
+
+ACCESS_LOG_LEVELS = ("off", "debug", "info", "warning", "error")
+
+
+def _access_log_level(env: dict[str, str]) -> str:
+    level = (env.get("CAPREG_ACCESS_LOG") or "info").strip().lower()
+    if level not in ACCESS_LOG_LEVELS:
+        raise SystemExit(f"CAPREG_ACCESS_LOG must be one of {', '.join(ACCESS_LOG_LEVELS)}, got {level!r}")
+    return level
 
 
 def _positive(env: dict[str, str], name: str, default: int) -> int:

@@ -20,6 +20,7 @@ from auth.keys import Keyring
 from auth.tokens import TokenVerifier
 from db.group_commit import GroupCommit
 from db.leases import LeaseRenewals
+from db.pool import PoolWaits
 from db.tickets import ActiveTicketChecks
 from registry.agents.card_signing import CardSignatures
 from registry.ard.names import Publishers
@@ -81,12 +82,14 @@ class Registry:
         self._keyring_lock = asyncio.Lock()
         self._keyring_reload: asyncio.Task | None = None
         watcher.on_keys_changed = self.keys_changed
+        # Request paths' waits for a main-pool connection (/metrics): acquire through it, not the pool.
+        self.pool_waits = PoolWaits(pool)
         # Audited writes of concurrent requests share one transaction and commit (db.group_commit).
-        self.writes = GroupCommit(pool)
+        self.writes = GroupCommit(pool, waits=self.pool_waits)
         # Heartbeats of concurrent requests renewed in one statement and commit (db.leases).
-        self.leases = LeaseRenewals(pool, max_instances=settings.max_instances)
+        self.leases = LeaseRenewals(pool, max_instances=settings.max_instances, waits=self.pool_waits)
         # Introspection's active checks of concurrent requests in one statement (db.tickets).
-        self.ticket_checks = ActiveTicketChecks(pool)
+        self.ticket_checks = ActiveTicketChecks(pool, now=lambda: self.clock.now())
         # Discovery pages and public cards, valid for one change sequence number (registry.core.response_cache).
         budget = settings.cache_budget  # CAPREG_CACHE_BUDGET, shared out by registry.core.cache_budget
         self.responses = ResponseCache(max_bytes=share(budget, "responses"))

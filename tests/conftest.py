@@ -45,6 +45,14 @@ def _with_database(url: str, database: str) -> str:
     return urlunsplit(parts._replace(path="/" + database))
 
 
+def database_on(server_url: str, name: str) -> str:
+    """The URL of database `name` on the server of `server_url`."""
+    if "host=/" in server_url or "?host=" in server_url:  # embedded: unix socket in the query string
+        base, _, query = server_url.partition("?")
+        return _with_database(base, name) + "?" + query
+    return _with_database(server_url, name)
+
+
 @pytest.fixture(scope="session")
 def server_url() -> str:
     """A PostgreSQL server URL: DATABASE_URL's, or an embedded server started for this run."""
@@ -66,12 +74,7 @@ async def database_url(server_url: str) -> AsyncIterator[str]:
     admin = await asyncpg.connect(server_url)
     await admin.execute(f'CREATE DATABASE "{name}"')
     await admin.close()
-    if "host=/" in server_url or "?host=" in server_url:  # embedded: unix socket in the query string
-        base, _, query = server_url.partition("?")
-        url = _with_database(base, name) + "?" + query
-    else:
-        url = _with_database(server_url, name)
-    yield url
+    yield database_on(server_url, name)
     admin = await asyncpg.connect(server_url)
     await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     await admin.close()
@@ -376,3 +379,39 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if skipped:
         reason = skipped[0].longrepr[2] if isinstance(skipped[0].longrepr, tuple) else str(skipped[0].longrepr)
         terminalreporter.write_line(f"{reason.removeprefix('Skipped: ')} ({len(skipped)} tests)", yellow=True)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def fresh_database(server_url):
+    """A database of its own: a walkthrough (README, docs/client.md) starts from nothing, as on a fresh machine."""
+    name = "capreg_readme_" + secrets.token_hex(4)
+    admin = await asyncpg.connect(server_url)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    await admin.close()
+    yield database_on(server_url, name)
+    admin = await asyncpg.connect(server_url)
+    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    await admin.close()
+
+
+@pytest.fixture
+def fresh_server(fresh_database):
+    """A real `capreg serve` on a fresh database: (base URL, its environment, its CAPREG_HOME)."""
+    home = server_home()
+    process, base, env = start_server(home, fresh_database)
+    try:
+        yield base, env, home
+    finally:
+        stop_server(process)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def scratch_checkout(tmp_path: Path) -> Path:
+    """A scratch folder standing in for the checkout (its tests/, examples/ and .venv linked), so that
+    files a walkthrough writes stay out of the repository."""
+    work = tmp_path / "checkout"
+    work.mkdir()
+    for name in ("tests", "examples", ".venv"):
+        if (ROOT / name).exists():
+            (work / name).symlink_to(ROOT / name)
+    return work

@@ -172,3 +172,53 @@ def test_every_context_is_one_folder():
         "config.py",
         "state.py",
     ]
+
+
+def test_layers_never_climb():
+    """core/ is below every context: it imports none of them, nor the composition root; the settings
+    import no context; the server imports nothing from the client SDK (the client and the CLI that
+    uses it are the SDK's side)."""
+    modules = all_modules()
+    contexts = {context_of(m) for m in modules if m.startswith("registry.")} - {
+        "registry.core",
+        "registry.app",
+        "registry.config",
+        "registry.state",
+        "registry",
+    }
+    climbs = {}
+    for name, path in modules.items():
+        targets = imports_of(path, modules)
+        if name.startswith("registry.core"):
+            bad = {t for t in targets if context_of(t) in contexts or t in ("registry.state", "registry.app")}
+        elif name == "registry.config":
+            bad = {t for t in targets if context_of(t) in contexts}
+        elif not name.startswith(("registry.client", "registry.cli")):
+            bad = {t for t in targets if t.startswith("registry.client")}
+        else:
+            bad = set()
+        if bad:
+            climbs[name] = sorted(bad)
+    assert not climbs
+
+
+def test_ticket_services_raise_refusals_and_never_record_them():
+    """The walk of a ticket mint enters the refusal path once, at the operation boundary: the ticket
+    service (every module of its steps) and the offers that mint through it raise refusals (ProblemError.about), they never call
+    the recorder (registry.operations.refusals)."""
+    modules = all_modules()
+    walk = (
+        "registry.tickets.service",
+        "registry.tickets.request",
+        "registry.tickets.idempotency",
+        "registry.tickets.evaluation",
+        "registry.tickets.redelegation",
+        "registry.tickets.verification",
+        "registry.tickets.minting",
+        "registry.tickets.approval_requests",
+        "registry.tickets.introspection",
+        "registry.tickets.revocation",
+        "registry.offers.service",
+    )
+    for name in walk:
+        assert "registry.operations.refusals" not in imports_of(modules[name], modules), name

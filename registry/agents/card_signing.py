@@ -33,6 +33,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from jwt import api_jws
 
 from auth.keys import Keyring
+from registry.core import error_codes as codes
 from registry.core.bounded_work import WorkFailed, WorkTimedOut, run_bounded
 from registry.core.problems import ProblemError
 
@@ -154,6 +155,6 @@ async def _canonical(card: dict[str, Any], *, inline: bool) -> bytes:
         outcome = str(exc)
     if isinstance(outcome, str):
         raise ProblemError(
-            503, "retryable_unavailable", f"the card could not be signed: {outcome}", headers={"Retry-After": "2"}
+            codes.RETRYABLE_UNAVAILABLE, f"the card could not be signed: {outcome}", headers={"Retry-After": "2"}
         )
     return outcome

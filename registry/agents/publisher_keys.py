@@ -20,15 +20,15 @@ from auth.policy import (
 from auth.principal import Caller
 from db import agents as agent_queries
 from db import signatures as signature_queries
-from db.audit_events import AuditEvent
 from db.group_commit import WriteScope
-from registry.agents.publisher_signatures import SIGNATURE_INVALID, SIGNATURE_REQUIRED, jwks_errors, verify_registration
+from registry.agents.publisher_signatures import jwks_errors, verify_registration
+from registry.core import error_codes as codes
 from registry.core.bounded_checks import bounded
 from registry.core.problems import ErrorItem, ProblemError, invalid_request, not_found, refused
 from registry.core.records import AgentRegistration, agent_ref
-from registry.core.refusals import REFUSED, refuse
 from registry.core.tracing import current_request_id
 from registry.core.wire import Wire
+from registry.operations.audit_events import caller_event
 from registry.state import Registry
 
 KEYS_UPDATED = "tenant.keys.updated"
@@ -53,15 +53,15 @@ async def put_keys(
     """Replace the tenant's publisher keys (an empty list removes them; agents registered signed stay
     bound to signing, registry.agents.service). Refusals and the change are audited."""
 
-    def refusing(error: ProblemError):
-        return refuse(registry, caller, error, event_type=KEYS_UPDATED, tenant=tenant, ref=tenant, trace_id=trace_id)
+    def refusing(error: ProblemError) -> ProblemError:
+        return error.about(tenant=tenant, ref=tenant)
 
     refusal = check_publisher_keys_write(caller, tenant)
     if refusal is not None:
-        raise await refusing(refused(refusal))
+        raise refusing(refused(refusal))
     errors = jwks_errors(data.keys)
     if errors:
-        raise await refusing(invalid_request("not an acceptable set of publisher keys", errors))
+        raise refusing(invalid_request("not an acceptable set of publisher keys", errors))
     keys = [dict(key) for key in data.keys]
     kids = " ".join(key["kid"] for key in keys)
     request_id = current_request_id()
@@ -69,13 +69,10 @@ async def put_keys(
     async def write(scope: WriteScope) -> None:
         await signature_queries.set_publisher_keys(scope.conn, tenant, keys)
         scope.audit(
-            AuditEvent(
-                type=KEYS_UPDATED,
-                outcome="allowed",
+            caller_event(
+                caller,
+                KEYS_UPDATED,
                 tenant=tenant,
-                actor_tenant=caller.tenant,
-                actor=caller.sub,
-                actor_issuer=caller.issuer,
                 ref=tenant,
                 reason=f"kids: {kids}" if kids else "no keys",
                 trace_id=trace_id,
@@ -91,9 +88,7 @@ async def get_keys(registry: Registry, caller: Caller, tenant: str, *, trace_id:
     """The tenant's publisher keys (own tenant, `registry:read`); a refusal is audited."""
     refusal = check_publisher_keys_read(caller, tenant)
     if refusal is not None:
-        raise await refuse(
-            registry, caller, refused(refusal), event_type=REFUSED, tenant=tenant, ref=tenant, trace_id=trace_id
-        )
+        raise refused(refusal).about(tenant=tenant, ref=tenant)
     return PublisherJwks(keys=await signature_queries.publisher_keys(registry.pool, tenant))
 
 
@@ -105,33 +100,23 @@ async def verified_publisher(
     data: AgentRegistration,
     body: bytes,
     *,
-    event_type: str,
     trace_id: str | None,
 ) -> str | None:
     """The kid of the registration's valid publisher signature, or None when none is needed (the
     tenant has no publisher keys and the agent was never registered signed). Otherwise no signature
-    is 400 `signature_required`, none valid 400 `signature_invalid`, each audited as `event_type`
-    denied with the code as reason; nothing is applied."""
+    is 400 `signature_required`, none valid 400 `signature_invalid`, each raised about the agent
+    (recorded as the registration's denial, the code as reason); nothing is applied."""
     keys, previous_kid = await signature_queries.signature_requirements(registry.pool, tenant, agent_id)
     if not keys and previous_kid is None:
         return None
 
-    def refusing(error: ProblemError):
-        return refuse(
-            registry,
-            caller,
-            error,
-            event_type=event_type,
-            tenant=tenant,
-            ref=agent_ref(tenant, agent_id),
-            trace_id=trace_id,
-        )
+    def refusing(error: ProblemError) -> ProblemError:
+        return error.about(tenant=tenant, ref=agent_ref(tenant, agent_id))
 
     if not data.signatures:
-        raise await refusing(
+        raise refusing(
             ProblemError(
-                400,
-                SIGNATURE_REQUIRED,
+                codes.SIGNATURE_REQUIRED,
                 _no_downgrade_message(bool(keys)),
                 errors=[ErrorItem(path="/signatures", message="no publisher signature")],
             )
@@ -142,12 +127,11 @@ async def verified_publisher(
             verify_registration, body, signatures, keys, tenant, agent_id, what="verifying the publisher signatures"
         )
     except ProblemError as error:  # past the deadline: refused like any invalid signature
-        raise await refusing(ProblemError(400, SIGNATURE_INVALID, error.detail, errors=error.errors)) from None
+        raise refusing(ProblemError(codes.SIGNATURE_INVALID, error.detail, errors=error.errors)) from None
     if kid is None:
-        raise await refusing(
+        raise refusing(
             ProblemError(
-                400,
-                SIGNATURE_INVALID,
+                codes.SIGNATURE_INVALID,
                 "no valid publisher signature over the body without `signatures` for this tenant and agent id",
                 errors=[ErrorItem(path="/signatures", message=why)],
             )
@@ -174,15 +158,7 @@ async def registration_body(
     )
     refusal = check_registration_read(caller, tenant, agent_visible=visible)
     if refusal is not None:
-        raise await refuse(
-            registry,
-            caller,
-            refused(refusal),
-            event_type=REFUSED,
-            tenant=tenant,
-            ref=agent_ref(tenant, agent_id),
-            trace_id=trace_id,
-        )
+        raise refused(refusal).about(tenant=tenant, ref=agent_ref(tenant, agent_id))
     body = await signature_queries.registration_body(registry.pool, tenant, agent_id)
     if body is None:  # registered before bodies were kept: the next registration keeps one
         raise not_found("no registration body kept for this agent yet")

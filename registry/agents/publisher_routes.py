@@ -9,12 +9,13 @@ from litestar import Request, Response, get, put
 from litestar.params import PathParameter
 
 from registry.agents import publisher_keys
+from registry.agents.operations import PUBLISHER_KEYS_GET, PUBLISHER_KEYS_PUT, REGISTRATION_BODY
 from registry.agents.publisher_keys import PublisherJwks
 from registry.core.problems import problem_responses
 from registry.core.records import AGENT_ID_PATTERN, TENANT_PATTERN
 from registry.state import registry_of, trace_id_of
-from registry.web.authentication import authenticate
-from registry.web.request_guard import body_schema, read_body
+from registry.web.operation_door import serve
+from registry.web.request_guard import body_schema
 
 TenantPath = Annotated[str, PathParameter(pattern=TENANT_PATTERN, description="tenant id")]
 AgentPath = Annotated[str, PathParameter(pattern=AGENT_ID_PATTERN, description="agent id")]
@@ -34,10 +35,12 @@ AgentPath = Annotated[str, PathParameter(pattern=AGENT_ID_PATTERN, description="
     dependencies=body_schema(PublisherJwks),
 )
 async def put_publisher_keys(request: Request, tenant: TenantPath) -> PublisherJwks:
-    registry = registry_of(request)
-    caller = await authenticate(request)
-    data = await read_body(request, PublisherJwks)
-    return await publisher_keys.put_keys(registry, caller, tenant, data, trace_id=trace_id_of(request))
+    registry, trace_id = registry_of(request), trace_id_of(request)
+    return await serve(
+        request,
+        PUBLISHER_KEYS_PUT,
+        lambda caller, data: publisher_keys.put_keys(registry, caller, tenant, data, trace_id=trace_id),
+    )
 
 
 @get(
@@ -46,9 +49,12 @@ async def put_publisher_keys(request: Request, tenant: TenantPath) -> PublisherJ
     responses=problem_responses(401, 403),
 )
 async def get_publisher_keys(request: Request, tenant: TenantPath) -> PublisherJwks:
-    registry = registry_of(request)
-    caller = await authenticate(request)
-    return await publisher_keys.get_keys(registry, caller, tenant, trace_id=trace_id_of(request))
+    registry, trace_id = registry_of(request), trace_id_of(request)
+    return await serve(
+        request,
+        PUBLISHER_KEYS_GET,
+        lambda caller, _: publisher_keys.get_keys(registry, caller, tenant, trace_id=trace_id),
+    )
 
 
 @get(
@@ -62,9 +68,12 @@ async def get_publisher_keys(request: Request, tenant: TenantPath) -> PublisherJ
     responses=problem_responses(401, 403, 404),
 )
 async def get_registration(request: Request, tenant: TenantPath, agent_id: AgentPath) -> Response[dict]:
-    registry = registry_of(request)
-    caller = await authenticate(request)
-    body = await publisher_keys.registration_body(registry, caller, tenant, agent_id, trace_id=trace_id_of(request))
+    registry, trace_id = registry_of(request), trace_id_of(request)
+    body = await serve(
+        request,
+        REGISTRATION_BODY,
+        lambda caller, _: publisher_keys.registration_body(registry, caller, tenant, agent_id, trace_id=trace_id),
+    )
     return Response(body, media_type="application/json")  # type: ignore[arg-type]  # the stored JSON bytes
 
 

@@ -28,8 +28,8 @@ import rfc8785
 from jwt import PyJWK, api_jws
 from jwt.exceptions import PyJWKError, PyJWTError
 
-from registry.client.signing import registration_payload
 from registry.core.problems import ErrorItem
+from registry.core.registration_payload import registration_payload
 
 MAX_PUBLISHER_KEYS = 20
 # The key types a publisher key may be, and the one algorithm each signs with.
@@ -46,9 +46,6 @@ KID_PATTERN = re.compile(r"^[\x21-\x7e]{1,128}$")
 # would change how it is verified or where its key comes from.
 _HEADER_MEMBERS = {"alg", "kid", "typ", "jku", "cty"}
 MAX_REASON = 200
-
-SIGNATURE_REQUIRED = "signature_required"
-SIGNATURE_INVALID = "signature_invalid"
 
 
 class NotCanonical(ValueError):
@@ -117,7 +114,7 @@ def _key_problem(key: Any) -> tuple[str, str] | None:
 
 def signed_payload(body: bytes, tenant: str, agent_id: str) -> bytes:
     """The bytes a publisher signs: the RFC 8785 form of the body without its top-level `signatures`,
-    with the tenant and agent id it registers (registry.client.signing.registration_payload, the one
+    with the tenant and agent id it registers (registry.core.registration_payload, the one
     definition publishers use too)."""
     try:
         return registration_payload(body, tenant=tenant, agent_id=agent_id)

@@ -17,7 +17,6 @@ from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
 from db import signatures as signature_queries
-from db.audit_events import AuditEvent
 from db.changes import CANDIDATE_CHANGE_KIND
 from db.group_commit import WriteScope
 from registry.agents.preparation import (
@@ -27,6 +26,7 @@ from registry.agents.preparation import (
     incompatibilities,
     prepare_registration_outcome,
 )
+from registry.core import error_codes as codes
 from registry.core.bounded_checks import bounded
 from registry.core.problems import ErrorItem, ProblemError, invalid_request
 from registry.core.records import (
@@ -38,7 +38,9 @@ from registry.core.records import (
     agent_ref,
     capability_ref,
 )
+from registry.core.search_words import capability_words
 from registry.core.wire import Wire
+from registry.operations.audit_events import caller_event
 from registry.versions.compatibility.verdict import baseline
 from registry.versions.contracts import skill_content, skill_contract
 from registry.versions.fixtures import fixtures_content
@@ -91,7 +93,8 @@ async def prepare_registration(registration: AgentRegistration) -> PreparedRegis
 
 
 def _search_text(skill: SkillRegistration) -> str:
-    return " ".join([skill.id, skill.name, skill.description, *skill.tags]).lower()
+    """The stored copy of the words the engine searches (registry.core.search_words), lower-cased."""
+    return " ".join(capability_words(skill.id, skill.name, skill.tags, skill.description)).lower()
 
 
 def _version_row(tenant: str, agent_id: str, prepared: PreparedSkill) -> dict[str, Any]:
@@ -267,36 +270,25 @@ async def apply_registration(
     }
     ref_of_agent = agent_ref(tenant, agent_id)
 
-    def event(type_: str, ref: str, scopes: list[str] | None = None, reason: str | None = None) -> AuditEvent:
-        return AuditEvent(
-            type=type_,
-            outcome="allowed",
-            tenant=tenant,
-            actor_tenant=caller.tenant,
-            actor=caller.sub,
-            actor_issuer=caller.issuer,
-            ref=ref,
-            scopes=scopes or [],
-            reason=reason,
-            trace_id=trace_id,
-            request_id=request_id,
-        )
-
     await agent_queries.lock_agent(conn, tenant, agent_id)
+    restored = await agent_queries.restore_withdrawn(conn, tenant, agent_id)
     existing = await agent_queries.get_agent(conn, tenant, agent_id)
     created = existing is None
     if existing is not None and existing["publisher_kid"] is not None and prepared.publisher_kid is None:
         # Registered signed by a concurrent request since the signature check: no downgrade.
         raise ProblemError(
-            400,
-            "signature_required",
+            codes.SIGNATURE_REQUIRED,
             "this agent was registered with a publisher signature: every later registration must be signed too",
         )
-    agent_changed = existing is None or (
-        existing["card_hash"] != prepared.card_hash
-        or existing["visibility"] != fields["visibility"]
-        or list(existing["shared_with"]) != fields["shared_with"]
-        or (prepared.publisher_kid is not None and existing["publisher_kid"] != prepared.publisher_kid)
+    agent_changed = (
+        existing is None
+        or restored
+        or (
+            existing["card_hash"] != prepared.card_hash
+            or existing["visibility"] != fields["visibility"]
+            or list(existing["shared_with"]) != fields["shared_with"]
+            or (prepared.publisher_kid is not None and existing["publisher_kid"] != prepared.publisher_kid)
+        )
     )
     if created and max_agents and await agent_queries.tenant_agents_reach(conn, tenant, max_agents):
         # Under the agent's lock only: concurrent creations of other agents may pass it by a few.
@@ -320,7 +312,17 @@ async def apply_registration(
         await agent_queries.update_agent(conn, tenant, agent_id, fields)
     if agent_changed:
         # The reason of an applied registration is the kid of its publisher signature (None: unsigned).
-        scope.audit(event("agent.registered", ref_of_agent, reason=prepared.publisher_kid))
+        scope.audit(
+            caller_event(
+                caller,
+                "agent.registered",
+                tenant=tenant,
+                ref=ref_of_agent,
+                reason=prepared.publisher_kid,
+                trace_id=trace_id,
+                request_id=request_id,
+            )
+        )
         scope.change("agent.registered", tenant, agent_id, ref_of_agent)
 
     # A new agent has no versions to read: they reference its row, which did not exist under its lock.
@@ -356,7 +358,7 @@ async def apply_registration(
                 )
             )
     if conflicts:
-        raise ProblemError(409, "version_conflict", "published versions are immutable", errors=conflicts)
+        raise ProblemError(codes.VERSION_CONFLICT, "published versions are immutable", errors=conflicts)
     candidates: dict[tuple[str, str], CandidateRef] = {}
     stored_versions: list[Any] = []
     if new_skills:
@@ -372,8 +374,7 @@ async def apply_registration(
                 breaking = await compare_versions(existing_contracts, new_contracts)
         if breaking:
             raise ProblemError(
-                409,
-                "incompatible_change",
+                codes.INCOMPATIBLE_CHANGE,
                 "a new minor or patch version must stay compatible with the versions before it",
                 errors=breaking,
             )
@@ -390,10 +391,18 @@ async def apply_registration(
         bound_errors = agent_bound_errors(stored_sizes, rows)
         if bound_errors:
             raise invalid_request("the agent would hold more than an agent may", bound_errors)
-    await capability_queries.insert_versions(conn, rows, now=now, stored=stored_versions)
+    await capability_queries.insert_versions(conn, rows, now=now)
     for skill in new_skills:
         version_ref = capability_ref(tenant, agent_id, skill.skill.id, skill.skill.version)
-        published_event = event("version.published", version_ref, sorted(set(skill.skill.scopes)))
+        published_event = caller_event(
+            caller,
+            "version.published",
+            tenant=tenant,
+            ref=version_ref,
+            scopes=sorted(set(skill.skill.scopes)),
+            trace_id=trace_id,
+            request_id=request_id,
+        )
         if (skill.skill.id, skill.skill.version) in candidates:
             # Not announced: the feed's readers may not see a candidate. The change still moves the
             # sequence, so every cache (the owner's exact reads among them) is dropped.

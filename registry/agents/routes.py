@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated
 
 import msgspec
 from litestar import Request, Response, get, post, put
@@ -13,9 +13,9 @@ from litestar.background_tasks import BackgroundTask
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import PathParameter
 
-from auth.policy import PUBLISH_SCOPE
 from registry.agents import service as agents
 from registry.agents.card_signing import jwks_url
+from registry.agents.operations import HEARTBEAT, REGISTER, Heartbeat
 from registry.agents.registration import CandidateRef, VersionRef
 from registry.core.problems import ProblemError, problem_responses
 from registry.core.records import (
@@ -23,13 +23,15 @@ from registry.core.records import (
     SKILL_ID_PATTERN,
     TENANT_PATTERN,
     AgentRegistration,
+    Health,
     PublicCapability,
 )
 from registry.core.wire import Wire
 from registry.discovery.service import AgentView
 from registry.state import registry_of, trace_id_of
-from registry.web.authentication import authenticate, optional_caller
-from registry.web.request_guard import body_schema, read_body
+from registry.web.authentication import optional_caller
+from registry.web.operation_door import serve
+from registry.web.request_guard import body_schema
 
 TenantPath = Annotated[str, PathParameter(pattern=TENANT_PATTERN, description="tenant id")]
 AgentPath = Annotated[str, PathParameter(pattern=AGENT_ID_PATTERN, description="agent id")]
@@ -49,17 +51,8 @@ class RegistrationResponse(Wire):
     candidates: list[CandidateRef]
 
 
-class Heartbeat(Wire, forbid_unknown_fields=True):
-    instance_id: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")]
-    ttl_seconds: Annotated[int, msgspec.Meta(ge=5, le=3600)] = 30
-    # No control characters: the value joins a statement shared with other requests' heartbeats.
-    url: Annotated[str, msgspec.Meta(max_length=2048, pattern=r"^[^\x00-\x1f\x7f]*$")] | None = None
-    # The instance's own estimate of how busy it is (routers prefer the least loaded).
-    load: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
-
-
 class HeartbeatResponse(Wire):
-    health: Literal["healthy", "stale", "unknown"]
+    health: Health
     expires_at: datetime
 
 
@@ -109,11 +102,12 @@ async def _unchanged_registration(request: Request) -> Response | None:
     dependencies=body_schema(AgentRegistration),
 )
 async def register_agent(request: Request, tenant: TenantPath, agent_id: AgentPath) -> Response[RegistrationResponse]:
-    registry = registry_of(request)
-    caller = await authenticate(request)
-    data = await read_body(request, AgentRegistration)
-    result = await agents.register(
-        registry, caller, tenant, agent_id, data, await request.body(), trace_id=trace_id_of(request)
+    registry, trace_id = registry_of(request), trace_id_of(request)
+    raw = await request.body()
+    result = await serve(
+        request,
+        REGISTER,
+        lambda caller, data: agents.register(registry, caller, tenant, agent_id, data, raw, trace_id=trace_id),
     )
     registry_url = registry.public_url()
     entry, sign_card = await agents.registered_view(
@@ -187,19 +181,21 @@ async def list_skill_versions(
     dependencies=body_schema(Heartbeat),
 )
 async def heartbeat(request: Request, tenant: TenantPath, agent_id: AgentPath) -> HeartbeatResponse:
-    registry = registry_of(request)
-    caller = await authenticate(request, PUBLISH_SCOPE)
-    data = await read_body(request, Heartbeat)
-    expires_at = await agents.heartbeat(
-        registry,
-        caller,
-        tenant,
-        agent_id,
-        instance_id=data.instance_id,
-        url=data.url,
-        ttl_seconds=data.ttl_seconds,
-        load=data.load,
-        trace_id=trace_id_of(request),
+    registry, trace_id = registry_of(request), trace_id_of(request)
+    expires_at = await serve(
+        request,
+        HEARTBEAT,
+        lambda caller, data: agents.heartbeat(
+            registry,
+            caller,
+            tenant,
+            agent_id,
+            instance_id=data.instance_id,
+            url=data.url,
+            ttl_seconds=data.ttl_seconds,
+            load=data.load,
+            trace_id=trace_id,
+        ),
     )
     return HeartbeatResponse(health="healthy", expires_at=expires_at)
 

@@ -24,7 +24,6 @@ from db.leases import INSTANCE_LIMIT
 from registry.agents.cards import public_agent_card
 from registry.agents.endpoint_urls import loopback_urls_allowed, registration_url_errors, url_problem
 from registry.agents.publisher_keys import fast_path_allowed, verified_publisher
-from registry.agents.publisher_signatures import SIGNATURE_REQUIRED
 from registry.agents.registration import (
     RegistrationResult,
     VersionRef,
@@ -33,10 +32,10 @@ from registry.agents.registration import (
     prepare_registration,
     registration_digest,
 )
+from registry.core import error_codes as codes
 from registry.core.problems import ErrorItem, ProblemError, invalid_request, refused
 from registry.core.records import AgentRegistration, PublicCapability, agent_ref
-from registry.core.refusals import REFUSED, refuse
-from registry.core.response_cache import CachedResponse, etag_of, expiry
+from registry.core.response_cache import EVERYONE, CachedResponse, cache_key, etag_of, expiry
 from registry.core.tracing import current_request_id
 from registry.discovery.service import agent_view, capability_version, public_capability
 from registry.state import Registry
@@ -71,15 +70,11 @@ async def register(
     ref = agent_ref(tenant, agent_id)
     refusal = check_publish(caller, tenant)
     if refusal is not None:
-        raise await refuse(
-            registry, caller, refused(refusal), event_type=REGISTERED, tenant=tenant, ref=ref, trace_id=trace_id
-        )
+        raise refused(refusal).about(tenant=tenant, ref=ref)
     url_errors = registration_url_errors(data, allow_loopback=loopback_urls_allowed(registry.settings))
     if url_errors:  # before any work or write: a registration with a refused URL applies nothing
         raise invalid_request("the registration is invalid", [ErrorItem(path=p, message=m) for p, m in url_errors])
-    publisher_kid = await verified_publisher(
-        registry, caller, tenant, agent_id, data, body, event_type=REGISTERED, trace_id=trace_id
-    )
+    publisher_kid = await verified_publisher(registry, caller, tenant, agent_id, data, body, trace_id=trace_id)
     prepared = await prepare_registration(data)
     await check_compatibility_ahead(registry.pool, tenant, agent_id, prepared)
     # Stored with the agent: these exact bytes, sent again, take the fast path (unchanged_registration),
@@ -105,10 +100,8 @@ async def register(
     except (
         ProblemError
     ) as error:  # 409 version_conflict or incompatible_change, 400 signature_required: nothing applied
-        event_type = REGISTERED if error.code == SIGNATURE_REQUIRED else PUBLISHED
-        raise await refuse(
-            registry, caller, error, event_type=event_type, tenant=tenant, ref=ref, trace_id=trace_id
-        ) from None
+        event = None if error.code == codes.SIGNATURE_REQUIRED.code else PUBLISHED  # an attempt on a version
+        raise error.about(tenant=tenant, ref=ref, event=event) from None
 
 
 async def unchanged_registration(
@@ -148,12 +141,10 @@ class _AgentSnapshot(msgspec.Struct):
 
 async def _snapshot(registry: Registry, tenant: str, agent_id: str, *, detail: bool) -> _AgentSnapshot | None:
     now = registry.clock.now()
-    async with registry.pool.acquire() as conn:
+    async with registry.pool_waits.acquire() as conn:
         seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
         agent = await agent_queries.get_agent(conn, tenant, agent_id)
-        skills = (
-            await capability_queries.latest_per_skill(conn, tenant, agent_id, now=now, detail=detail) if agent else []
-        )
+        skills = await capability_queries.latest_per_skill(conn, tenant, agent_id, detail=detail) if agent else []
     if agent is None:
         return None
     return _AgentSnapshot(seq, next_effective, now, agent, skills)
@@ -171,7 +162,7 @@ def _view_entry(registry: Registry, snapshot: _AgentSnapshot) -> CachedResponse:
         expires=expiry(registry.clock.monotonic(), snapshot.now, [snapshot.next_effective, first_lapse]),
         extra=(agent["visibility"], tuple(agent["shared_with"])),
     )
-    registry.responses.put(("agent-view", agent["tenant"], agent["agent_id"]), entry, registry.watcher.cache_seq())
+    registry.responses.put(_view_key(agent["tenant"], agent["agent_id"]), entry, registry.watcher.cache_seq())
     return entry
 
 
@@ -182,7 +173,7 @@ async def agent_view_entry(registry: Registry, tenant: str, agent_id: str) -> Ca
     already healthy agent is not a change, so `liveInstances` may lag by the cache's max age.
     Visibility is the caller's to check (`visible_view`): the entry is the same for everyone."""
     entry = registry.responses.get(
-        ("agent-view", tenant, agent_id), registry.watcher.cache_seq(), registry.clock.monotonic()
+        _view_key(tenant, agent_id), registry.watcher.cache_seq(), registry.clock.monotonic()
     )
     if entry is not None:
         return entry
@@ -212,10 +203,14 @@ async def visible_card(
     return _visible(caller, tenant, entry)
 
 
+def _view_key(tenant: str, agent_id: str) -> tuple:
+    return cache_key("agent-view", EVERYONE, tenant, agent_id)
+
+
 def _card_key(registry: Registry, base_url: str, jku: str) -> tuple:
-    # Keyed by the signing key too: a rotation changes no record, and a card cached with the
-    # signature of a key since removed from the JWKS would not verify.
-    return ("agent-card", base_url, jku, registry.keyring.signing_kid)
+    # base_url names the agent. Keyed by the signing key too: a rotation changes no record, and a
+    # card cached with the signature of a key since removed from the JWKS would not verify.
+    return cache_key("agent-card", EVERYONE, base_url, jku, registry.keyring.signing_kid)
 
 
 async def _card_entry(registry: Registry, snapshot: _AgentSnapshot, *, base_url: str, jku: str) -> CachedResponse:
@@ -324,32 +319,15 @@ async def heartbeat(
         )
     refusal = check_heartbeat(caller, renewal.tenant, agent_visible=visible)
     if refusal is not None:
-        raise await refuse(
-            registry,
-            caller,
-            refused(refusal),
-            event_type=REFUSED,
-            tenant=renewal.tenant,
-            ref=agent_ref(renewal.tenant, renewal.agent_id),
-            trace_id=trace_id,
-        )
+        raise refused(refusal).about(tenant=renewal.tenant, ref=agent_ref(renewal.tenant, renewal.agent_id))
     expires_at = await registry.leases.renew(renewal)
     if expires_at is None:  # not registered: the instance registers, then heartbeats again
         raise refused(not_found("agent; register it first"))
     if expires_at == INSTANCE_LIMIT:  # a new instance beyond CAPREG_MAX_INSTANCES: nothing written
         error = ProblemError(
-            409,
-            "instance_limit",
+            codes.INSTANCE_LIMIT,
             f"the agent has {registry.leases.max_instances} live instances, the most allowed (CAPREG_MAX_INSTANCES); "
             "renew a live instance or let one lapse",
         )
-        raise await refuse(
-            registry,
-            caller,
-            error,
-            event_type=REFUSED,
-            tenant=renewal.tenant,
-            ref=agent_ref(renewal.tenant, renewal.agent_id),
-            trace_id=trace_id,
-        )
+        raise error.about(tenant=renewal.tenant, ref=agent_ref(renewal.tenant, renewal.agent_id))
     return expires_at

@@ -13,67 +13,22 @@ function in SQL (`publisher_sql`); tests check that the two agree.
 
 from __future__ import annotations
 
-import json
 import re
 
 import msgspec
 
 from auth.identifiers import AGENT_ID_PATTERN, TENANT_PATTERN
+from registry.core.publisher_domains import DEFAULT_SUFFIX, DNS_LABEL, FQDN
 
-DEFAULT_SUFFIX = ".capreg.invalid"
 ENCODED_PREFIX = "xq--"
 URN_PREFIX = "urn:air:"
 # Longer identifiers are not ours (publisher ≤ 253, agent id ≤ 64); refused unread.
 URN_MAX_LENGTH = 400
 
-_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
-_DOMAIN = re.compile(rf"^{_LABEL}(?:\.{_LABEL})+$")
-_DNS_NAME = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$")
+_DNS_NAME = re.compile(rf"^{DNS_LABEL}(?:\.{DNS_LABEL})*$")
 _TENANT = re.compile(TENANT_PATTERN)
 _AGENT_ID = re.compile(AGENT_ID_PATTERN)
 _HEX = re.compile(r"^(?:[0-9a-f]{2})+$")
-
-
-class PublisherDomainError(ValueError):
-    """CAPREG_PUBLISHER_DOMAINS is not what it must be (the message says what and where)."""
-
-
-def parse_publisher_domains(raw: str) -> dict[str, str]:
-    """CAPREG_PUBLISHER_DOMAINS: a JSON object tenant -> lowercase FQDN. Every tenant a valid tenant
-    name, every domain a lowercase FQDN of at least two labels, no domain named twice, none under
-    `capreg.invalid` (where default domains live)."""
-    if not raw.strip():
-        return {}
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise PublisherDomainError(f"CAPREG_PUBLISHER_DOMAINS is not valid JSON: {exc}") from None
-    return check_publisher_domains(value)
-
-
-def check_publisher_domains(value: object) -> dict[str, str]:
-    """The checks of parse_publisher_domains on a decoded value (settings given in code are
-    checked at start-up too)."""
-    if not isinstance(value, dict):
-        raise PublisherDomainError("CAPREG_PUBLISHER_DOMAINS must be a JSON object of tenant -> domain")
-    owners: dict[str, str] = {}
-    for tenant, domain in value.items():
-        if not isinstance(tenant, str) or not _TENANT.fullmatch(tenant):
-            raise PublisherDomainError(f"CAPREG_PUBLISHER_DOMAINS: {tenant[:80]!r} is not a tenant name")
-        if not isinstance(domain, str) or len(domain) > 253 or not _DOMAIN.fullmatch(domain):
-            raise PublisherDomainError(
-                f"CAPREG_PUBLISHER_DOMAINS: the domain of tenant {tenant!r} must be a lowercase FQDN such as 'acme.example'"
-            )
-        if domain == DEFAULT_SUFFIX[1:] or domain.endswith(DEFAULT_SUFFIX):
-            raise PublisherDomainError(
-                f"CAPREG_PUBLISHER_DOMAINS: {domain!r} (tenant {tenant!r}) is under capreg.invalid, reserved for default domains"
-            )
-        if domain in owners:
-            raise PublisherDomainError(
-                f"CAPREG_PUBLISHER_DOMAINS: {domain!r} is named for both {owners[domain]!r} and {tenant!r}"
-            )
-        owners[domain] = tenant
-    return dict(value)
 
 
 def default_domain(tenant: str) -> str:
@@ -139,6 +94,6 @@ def parse_agent_urn(text: str) -> AgentUrn | None:
     if len(parts) != 2:
         return None
     publisher, agent_id = parts[0].lower(), parts[1]
-    if len(publisher) > 253 or not _DOMAIN.fullmatch(publisher) or not _AGENT_ID.fullmatch(agent_id):
+    if len(publisher) > 253 or not FQDN.fullmatch(publisher) or not _AGENT_ID.fullmatch(agent_id):
         return None
     return AgentUrn(publisher=publisher, agent_id=agent_id)

@@ -13,7 +13,7 @@ from litestar.params import PathParameter, QueryParameter
 
 from registry.ard import service as ard
 from registry.core.problems import PROBLEM_MEDIA_TYPE, TITLES, ArdError, Problem
-from registry.core.response_cache import CachedResponse
+from registry.core.response_cache import CachedResponse, cache_key, seen_by_tenant
 from registry.discovery.service import viewer_tenant
 from registry.state import registry_of
 from registry.web.authentication import optional_caller
@@ -77,7 +77,9 @@ async def ard_search(request: Request) -> Response[ard.SearchResponse]:
         return await ard.search(registry, ctx, await read_body(request, ard.SearchRequest))
 
     return _answer(
-        await ard.cached_answer(registry, ("ard-search", ctx.viewer, ctx.public_url, await request.body()), compute)
+        await ard.cached_answer(
+            registry, cache_key("ard-search", seen_by_tenant(ctx.viewer), ctx.public_url, await request.body()), compute
+        )
     )
 
 
@@ -114,7 +116,7 @@ async def ard_list(
             page_token=page_token,
         )
 
-    key = ("ard-list", ctx.viewer, ctx.public_url, filter_, order_by, page_size, page_token)
+    key = cache_key("ard-list", seen_by_tenant(ctx.viewer), ctx.public_url, filter_, order_by, page_size, page_token)
     return _answer(await ard.cached_answer(registry, key, compute))
 
 
@@ -132,7 +134,8 @@ async def ard_lookup(
     async def compute() -> ard.Answer:
         return await ard.lookup(registry, ctx, identifier)
 
-    return _answer(await ard.cached_answer(registry, ("ard-agent", ctx.viewer, ctx.public_url, identifier), compute))
+    key = cache_key("ard-agent", seen_by_tenant(ctx.viewer), ctx.public_url, identifier)
+    return _answer(await ard.cached_answer(registry, key, compute))
 
 
 @post(
@@ -149,7 +152,11 @@ async def ard_explore(request: Request) -> Response[ard.ExploreResponse]:
         return await ard.explore(registry, ctx, await read_body(request, ard.ExploreRequest))
 
     return _answer(
-        await ard.cached_answer(registry, ("ard-explore", ctx.viewer, ctx.public_url, await request.body()), compute)
+        await ard.cached_answer(
+            registry,
+            cache_key("ard-explore", seen_by_tenant(ctx.viewer), ctx.public_url, await request.body()),
+            compute,
+        )
     )
 
 

@@ -14,7 +14,7 @@ import hashlib
 import ipaddress
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Literal, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Annotated, Literal, TypedDict, TypeVar, get_args
 from urllib.parse import urlsplit
 
 import asyncpg
@@ -23,12 +23,12 @@ import msgspec
 from db import ard as ard_queries
 from db import capabilities as capability_queries
 from db import ranked_search as ranked_queries
-from db.ard import A2A_CARD_TYPE, FACET_FIELDS, SIDE_EFFECT_NAMES, EntryFilter, FacetRequest, TextMatch
+from db.ard import A2A_CARD_TYPE, FACET_FIELDS, EntryFilter, FacetRequest, TextMatch
 from registry.ard.names import Publishers, agent_urn, parse_agent_urn
 from registry.core.cursors import decode_cursor, encode_cursor
 from registry.core.date_times import parse_date_time
 from registry.core.problems import ErrorItem, ProblemError, invalid_request, not_found
-from registry.core.records import MAX_FILTER_VALUES, SIDE_EFFECT_ORDER
+from registry.core.records import MAX_FILTER_VALUES, SIDE_EFFECT_NAMES, SIDE_EFFECT_ORDER, Health
 from registry.core.response_cache import DEFAULT_MAX_AGE, CachedResponse, etag_of, expiry
 from registry.core.wire import Wire
 from registry.discovery import ranking
@@ -45,7 +45,7 @@ FACET_LIMIT = 20
 MAX_FACET_LIMIT = 1000
 LIST_FILTER_MAX_LENGTH = 2048
 REPRESENTATIVE_QUERIES = 5
-HEALTH_VALUES = ("healthy", "stale", "unknown")
+HEALTH_VALUES: tuple[str, ...] = get_args(Health)
 
 FilterValue = Annotated[str, msgspec.Meta(max_length=256)]
 FilterValues = FilterValue | Annotated[list[FilterValue], msgspec.Meta(max_length=MAX_FILTER_VALUES)]
@@ -186,16 +186,8 @@ def _values(key: str, value: str | list[str]) -> tuple[str, ...]:
     return values
 
 
-SEARCH_FILTER_KEYS = (
-    "type",
-    "tags",
-    "capabilities",
-    "publisher",
-    "version",
-    "metadata.capreg.sideEffectMax",
-    "metadata.capreg.dataRegions",
-    "metadata.capreg.health",
-)
+# The keys `query.filter` accepts: ARD's one field vocabulary, the fields explore facets on.
+SEARCH_FILTER_KEYS = FACET_FIELDS
 
 
 class _SearchFields(TypedDict, total=False):
@@ -348,18 +340,16 @@ def _clauses(expression: str) -> list[tuple[str, str, str]]:
 # Text, scores and page tokens
 
 
-async def text_match(
-    registry: Registry, conn: asyncpg.Connection, viewer: str | None, text: str, now: datetime
-) -> TextMatch | None:
+async def text_match(registry: Registry, conn: asyncpg.Connection, viewer: str | None, text: str) -> TextMatch | None:
     """The agents `text` matches for `viewer`, each with its best skill's score: ranked search's
-    candidates (registry.discovery.ranking.propose) that are the latest in force at `now`; None
+    candidates (registry.discovery.ranking.propose) that are the latest in force (the marker); None
     when no word of `text` counts. Visibility and filters are decided after, on the agents."""
     words = ranking.query_words(text)
     if not words:
         return None
     hits = await ranking.propose(conn, registry.search, text, ranking.Proposal(viewer=viewer, latest_only=True))
     best: dict[tuple[str, str], int] = {}
-    for row in await ranked_queries.latest_hits(conn, hits, now=now) if hits else []:
+    for row in await ranked_queries.latest_hits(conn, hits) if hits else []:
         key = (row["tenant"], row["agent_id"])
         best[key] = max(best.get(key, 0), row["score"])
     return TextMatch(tenants=[t for t, _ in best], agents=[a for _, a in best], scores=list(best.values()))
@@ -440,11 +430,11 @@ def _entry(ctx: ArdContext, row: asyncpg.Record) -> ArdEntry:
 
 
 async def _entries(
-    conn: asyncpg.Connection, ctx: ArdContext, keys: list[tuple[str, str]], now: datetime
+    conn: asyncpg.Connection, ctx: ArdContext, keys: list[tuple[str, str]]
 ) -> tuple[list[ArdEntry], list]:
-    """Entries for the keys, in the keys' order, as in force at `now`, and the moments their lease
-    figures change by themselves (a cached answer ends at the first)."""
-    rows = {(r["tenant"], r["agent_id"]): r for r in await ard_queries.entry_rows(conn, keys, now=now)}
+    """Entries for the keys, in the keys' order, and the moments their lease figures change by
+    themselves (a cached answer ends at the first)."""
+    rows = {(r["tenant"], r["agent_id"]): r for r in await ard_queries.entry_rows(conn, keys)}
     found = [rows[key] for key in keys if key in rows]
     return [_entry(ctx, row) for row in found], [row["lease_until"] for row in found]
 
@@ -489,14 +479,14 @@ async def _computed(registry: Registry, key: tuple, compute: Callable[[], Awaita
 
 
 @contextlib.asynccontextmanager
-async def _snapshot(registry: Registry) -> AsyncIterator[tuple[asyncpg.Connection, int, list, datetime]]:
-    """One read-only snapshot, so a page and its entries come from the same moment (the data's, and
-    `now`, the one the queries decide what is in force at); with the change sequence and the next
-    effective moment read first (db.capabilities.snapshot_bounds)."""
+async def _snapshot(registry: Registry) -> AsyncIterator[tuple[asyncpg.Connection, int, list]]:
+    """One read-only snapshot, so a page and its entries come from the same moment (the latest
+    marker's among them); with the change sequence and the next effective moment read first
+    (db.capabilities.snapshot_bounds)."""
     now = registry.clock.now()
     async with registry.reads.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
-        yield conn, seq, [next_effective], now
+        yield conn, seq, [next_effective]
 
 
 async def search(registry: Registry, ctx: ArdContext, request: SearchRequest) -> Answer:
@@ -507,8 +497,8 @@ async def search(registry: Registry, ctx: ArdContext, request: SearchRequest) ->
     fingerprint = _fingerprint("search", ctx.viewer, text, request.query.filter)
     key = _page_key(request.page_token, "s", fingerprint, tuple[str, str, int, str])
     after = key[2:] if key is not None else None
-    async with _snapshot(registry) as (conn, seq, boundaries, now):
-        plan = await text_match(registry, conn, ctx.viewer, text, now)
+    async with _snapshot(registry) as (conn, seq, boundaries):
+        plan = await text_match(registry, conn, ctx.viewer, text)
         if plan is None:
             return Answer(SearchResponse(results=[]), seq, boundaries)
         rows = await ard_queries.ranked_page(
@@ -518,10 +508,9 @@ async def search(registry: Registry, ctx: ArdContext, request: SearchRequest) ->
             text=plan,
             after=after,
             limit=request.page_size + 1,
-            now=now,
         )
         page = rows[: request.page_size]
-        entries, leases = await _entries(conn, ctx, [(r["tenant"], r["agent_id"]) for r in page], now)
+        entries, leases = await _entries(conn, ctx, [(r["tenant"], r["agent_id"]) for r in page])
     scores = {(r["tenant"], r["agent_id"]): r["score"] for r in page}
     results = [
         ArdSearchResult(**msgspec.structs.asdict(entry), score=ard_score(scores[_key_of(entry)]), source=ctx.source)
@@ -556,7 +545,7 @@ async def list_agents(
     where = list_filter(expression, ctx.publishers)
     fingerprint = _fingerprint("list", ctx.viewer, expression or "")
     key = _page_key(page_token, "l", fingerprint, tuple[str, str, str])
-    async with _snapshot(registry) as (conn, seq, boundaries, now):
+    async with _snapshot(registry) as (conn, seq, boundaries):
         rows = await ard_queries.identifier_page(
             conn,
             viewer_tenant=ctx.viewer,
@@ -564,10 +553,9 @@ async def list_agents(
             configured=ctx.publishers.configured,
             after=key[2] if key is not None else None,
             limit=page_size + 1,
-            now=now,
         )
         page = rows[:page_size]
-        entries, leases = await _entries(conn, ctx, [(r["tenant"], r["agent_id"]) for r in page], now)
+        entries, leases = await _entries(conn, ctx, [(r["tenant"], r["agent_id"]) for r in page])
     token = encode_cursor(["l", fingerprint, page[-1]["identifier"]]) if len(rows) > page_size else None
     return Answer(ListResponse(items=entries, page_token=token, next_page_token=token), seq, boundaries + leases)
 
@@ -581,11 +569,11 @@ async def lookup(registry: Registry, ctx: ArdContext, identifier: str) -> Answer
     if tenant is None:
         raise not_found("no such agent")
     where = EntryFilter(agent=(tenant, urn.agent_id))
-    async with _snapshot(registry) as (conn, seq, boundaries, now):
+    async with _snapshot(registry) as (conn, seq, boundaries):
         rows = await ard_queries.ranked_page(
-            conn, viewer_tenant=ctx.viewer, where=where, text=None, after=None, limit=1, now=now
+            conn, viewer_tenant=ctx.viewer, where=where, text=None, after=None, limit=1
         )
-        entries, leases = await _entries(conn, ctx, [(r["tenant"], r["agent_id"]) for r in rows], now)
+        entries, leases = await _entries(conn, ctx, [(r["tenant"], r["agent_id"]) for r in rows])
     if not entries:
         raise not_found("no such agent")
     return Answer(entries[0], seq, boundaries + leases)
@@ -605,10 +593,10 @@ async def explore(registry: Registry, ctx: ArdContext, request: ExploreRequest) 
             raise _bad(f"/resultType/facets/{i}/field", f"facet {facet.field!r} is requested twice")
         facets.append(FacetRequest(field=facet.field, limit=facet.limit, min_count=facet.min_count))
     short = where.health is not None or any(f.field == "metadata.capreg.health" for f in facets)
-    async with _snapshot(registry) as (conn, seq, boundaries, now):
+    async with _snapshot(registry) as (conn, seq, boundaries):
         text = None
         if query.text and query.text.strip():
-            text = await text_match(registry, conn, ctx.viewer, query.text, now)
+            text = await text_match(registry, conn, ctx.viewer, query.text)
             if text is None:  # no word that counts: the matched set is empty, as in search
                 empty = ExploreResponse(result_type="facets", facets={f.field: FacetResult(buckets=[]) for f in facets})
                 return Answer(empty, seq, boundaries)
@@ -619,7 +607,7 @@ async def explore(registry: Registry, ctx: ArdContext, request: ExploreRequest) 
             text=text,
             facets=facets,
             configured=ctx.publishers.configured,
-            now=now,
+            side_effect_names=SIDE_EFFECT_NAMES,
         )
     results = {f.field: FacetResult(buckets=[], other_count=0) for f in facets}
     for row in sorted((r for r in rows if not r["other"]), key=lambda r: r["rn"]):

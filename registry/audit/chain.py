@@ -33,6 +33,7 @@ from registry.audit.checkpoints import (
     verify_checkpoint,
 )
 from registry.audit.verifier import ChainBreak, ChainVerifier, EntryVerifier
+from registry.core import error_codes as codes
 from registry.core.problems import ProblemError
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ class VerifyReport(msgspec.Struct):
     checkpoints: list[int]  # seqs of the signed checkpoints the log was checked against
     breach: ChainBreak | None
     chains: int = 0  # tenant chains checked
+    last_seq: int = 0  # the highest seq among every chain's head row: the newest event checked
 
 
 PROGRESS_EVERY = 1000
@@ -82,7 +84,7 @@ async def verify_stored_chain(
     checkpoints = [checkpoint_from_row(stored)] if stored is not None else []
     checkpoints += list(external)
     covered = checkpoint_queries.covered_heads(stored) if stored is not None else []
-    heads = {row["chain"]: (row["chain_seq"], row["hash"], row["seq"]) for row in await audit_queries.chain_heads(conn)}
+    heads = {row.chain: (row.chain_seq, row.hash, row.seq) for row in await audit_queries.chain_heads(conn)}
     head_seq, head_hash = await audit_queries.head(conn)
     total = head_seq + sum(head[0] for head in heads.values())
     checked = 0
@@ -111,7 +113,10 @@ async def verify_stored_chain(
             seen[record.seq] = record.hash
 
     def report(breach: ChainBreak | None) -> VerifyReport:
-        return VerifyReport(checked, head_seq, [c.seq for c in checkpoints], breach, chains=len(heads))
+        last_seq = max([head_seq, *(head[2] for head in heads.values())])
+        return VerifyReport(
+            checked, head_seq, [c.seq for c in checkpoints], breach, chains=len(heads), last_seq=last_seq
+        )
 
     end = verifier.last_seq
     if end < head_seq:
@@ -153,9 +158,9 @@ async def verify_stored_chain(
     # checkpoints: the latest stored one, and the stored one behind each external root.
     signed: list[list[tuple[str, int, str]]] = []
     rooted: list[tuple[str, int | None, int]] = []  # (root, tree size, seq) of each of `signed`
-    if stored is not None and stored["root"] is not None:
+    if stored is not None and stored.root is not None:
         signed.append(covered)
-        rooted.append((stored["root"], stored["chains"], stored["seq"]))
+        rooted.append((stored.root, stored.chains, stored.seq))
     for checkpoint in checkpoints:
         if checkpoint.root is None or (rooted and checkpoint.root == rooted[0][0]):
             continue
@@ -305,12 +310,10 @@ async def make_checkpoint(
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", checkpoint_queries.CHECKPOINT_LOCK)
         latest = await checkpoint_queries.latest_checkpoint(conn, with_heads=True)
-        heads = [
-            (row["chain"], row["chain_seq"], row["hash"], row["seq"]) for row in await audit_queries.chain_heads(conn)
-        ]
+        heads = [(row.chain, row.chain_seq, row.hash, row.seq) for row in await audit_queries.chain_heads(conn)]
         heads_now = [(chain, chain_seq, digest) for chain, chain_seq, digest, _ in heads]
         root = (await _update_tree(tree, heads_now)).hex()
-        if latest is not None and latest["root"] == root and latest["kid"] == keyring.signing_kid:
+        if latest is not None and latest.root == root and latest.kid == keyring.signing_kid:
             return checkpoint_from_row(latest)
         anchor_seq, anchor = await audit_queries.head(conn)
         before = {
@@ -451,7 +454,7 @@ async def latest_checkpoint(registry: Registry) -> Checkpoint:
     log does not verify)."""
     await registry.refresh_keyring()
     row = await checkpoint_queries.latest_checkpoint(registry.pool)
-    if row is not None and row["root"] is not None and row["kid"] in registry.keyring.public:
+    if row is not None and row.root is not None and row.kid in registry.keyring.public:
         return checkpoint_from_row(row)
     return await sign_checkpoint_now(registry)
 
@@ -465,7 +468,7 @@ async def sign_checkpoint_now(registry: Registry) -> Checkpoint:
             )
     except ChainBroken as exc:
         raise ProblemError(
-            503, "retryable_unavailable", f"no checkpoint can be signed: {exc}", headers={"Retry-After": "60"}
+            codes.RETRYABLE_UNAVAILABLE, f"no checkpoint can be signed: {exc}", headers={"Retry-After": "60"}
         ) from None
 
 

@@ -23,8 +23,10 @@ from typing import TYPE_CHECKING
 import asyncpg
 
 from db import audit as audit_queries
+from db import chain_checks as position_queries
 from db import checkpoints as checkpoint_queries
 from db.audit_events import GENESIS_HASH
+from db.chain_checks import VerifiedPosition
 from registry.audit.checkpoints import Checkpoint, CheckpointInvalid, checkpoint_from_row, jwks_keys, verify_checkpoint
 from registry.audit.verifier import ChainBreak, ChainVerifier, EntryVerifier
 from registry.core.wire import Wire
@@ -141,27 +143,9 @@ async def _check(registry: Registry, chain: str) -> ChainVerification:
     )
 
 
-async def _position(conn: asyncpg.Connection, chain: str) -> tuple[int, str] | None:
-    row = await conn.fetchrow("SELECT chain_seq, hash FROM audit_chain_verified WHERE chain = $1", chain)
-    return (row["chain_seq"], row["hash"]) if row is not None else None
-
-
-async def _advance(conn: asyncpg.Connection, chain: str, chain_seq: int, digest: str) -> None:
-    """Move the shared position forward (never back: another worker may have gone further)."""
-    await conn.execute(
-        """INSERT INTO audit_chain_verified (chain, chain_seq, hash, verified_at) VALUES ($1, $2, $3, now())
-           ON CONFLICT (chain) DO UPDATE SET chain_seq = excluded.chain_seq, hash = excluded.hash,
-                                             verified_at = excluded.verified_at
-           WHERE audit_chain_verified.chain_seq < excluded.chain_seq""",
-        chain,
-        chain_seq,
-        digest,
-    )
-
-
 async def _advance_legacy(conn: asyncpg.Connection, head_seq: int) -> tuple[int, int, ChainBreak | None]:
     """The old single chain from its verified position to its (frozen) head: (verified, read, breach)."""
-    start_seq, start_hash = await _position(conn, LEGACY) or (0, GENESIS_HASH)
+    start_seq, start_hash = await position_queries.verified_position(conn, LEGACY) or (0, GENESIS_HASH)
     if start_seq > 0 and await audit_queries.hash_at(conn, start_seq) != start_hash:
         return start_seq, 0, ChainBreak(start_seq, "the event verified at this seq was changed since")
     if start_seq >= head_seq:
@@ -188,7 +172,7 @@ async def _advance_legacy(conn: asyncpg.Connection, head_seq: int) -> tuple[int,
         return verifier.last_seq, read, verifier.broken
     if verifier.last_seq < head_seq:
         return verifier.last_seq, read, ChainBreak(verifier.last_seq + 1, "events deleted before the head")
-    await _advance(conn, LEGACY, verifier.last_seq, verifier.last_hash)
+    await position_queries.advance_verified(conn, LEGACY, VerifiedPosition(verifier.last_seq, verifier.last_hash))
     return verifier.last_seq, read, None
 
 
@@ -196,26 +180,24 @@ async def _advance_chain(conn: asyncpg.Connection, chain: str, anchor: str) -> t
     """`chain` from its verified position to its head: (verified chainSeq, head seq, read, breach)."""
     head = await audit_queries.chain_head(conn, chain)
     upto, head_hash = head if head is not None else (0, anchor)
-    start = await _position(conn, chain)
+    start = await position_queries.verified_position(conn, chain)
     start_chain_seq, start_hash, start_seq = 0, anchor, 0
     if start is not None:
         start_chain_seq, start_hash = start
-        row = await conn.fetchrow(
-            "SELECT seq, hash FROM audit_events WHERE chain = $1 AND chain_seq = $2", chain, start_chain_seq
-        )
-        if row is None or row["hash"] != start_hash:
+        entry = await audit_queries.entry_at(conn, chain, start_chain_seq)
+        if entry is None or entry.hash != start_hash:
             return (
                 start_chain_seq,
                 0,
                 0,
                 ChainBreak(
-                    row["seq"] if row is not None else None,
+                    entry.seq if entry is not None else None,
                     "the entry verified at this chainSeq was changed since",
                     chain=chain,
                     chain_seq=start_chain_seq,
                 ),
             )
-        start_seq = row["seq"]
+        start_seq = entry.seq
     entries = EntryVerifier(chain, start_chain_seq=start_chain_seq + 1, start_hash=start_hash, last_seq=start_seq)
     read = 0
     async for records in audit_queries.chain_batches(conn, chain, after=start_chain_seq, upto=upto, batch=_BATCH):
@@ -247,5 +229,5 @@ async def _advance_chain(conn: asyncpg.Connection, chain: str, anchor: str) -> t
             ),
         )
     if upto > start_chain_seq:
-        await _advance(conn, chain, upto, head_hash)
+        await position_queries.advance_verified(conn, chain, VerifiedPosition(upto, head_hash))
     return upto, entries.last_seq, read, None

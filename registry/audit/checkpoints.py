@@ -15,11 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jwt
 
 from registry.core.wire import Wire
+
+if TYPE_CHECKING:  # the row type only: this module does no I/O
+    from db.checkpoints import StoredCheckpoint
 
 CHECKPOINT_TYP = "capreg-checkpoint+jwt"
 _IAT_LEEWAY_SECONDS = 300  # the verifier's clock may be behind the registry's
@@ -55,16 +58,16 @@ def checkpoint_claims(
     return claims
 
 
-def checkpoint_from_row(row: Mapping[str, Any]) -> Checkpoint:
-    """A stored checkpoint (db/checkpoints.py row: seq, hash, at, kid, signature) as served."""
+def checkpoint_from_row(row: StoredCheckpoint) -> Checkpoint:
+    """A stored checkpoint as served."""
     return Checkpoint(
-        seq=row["seq"],
-        hash=row["hash"],
-        at=format_at(row["at"]),
-        signature=row["signature"],
-        kid=row["kid"],
-        root=row.get("root"),
-        chains=row.get("chains"),
+        seq=row.seq,
+        hash=row.hash,
+        at=format_at(row.at),
+        signature=row.signature,
+        kid=row.kid,
+        root=row.root,
+        chains=row.chains,
     )
 
 

@@ -38,7 +38,7 @@ async def inclusion_proof(registry: Registry, tenant: str) -> AuditProof:
     await audit_queries.chain_stored(registry.pool)  # a chain no checkpoint covers yet is signed now
     row = await checkpoint_queries.latest_checkpoint(registry.pool)
     tree = await _tree(registry, row)
-    if row is None or tenant not in tree.index or row["kid"] not in registry.keyring.public:
+    if row is None or tenant not in tree.index or row.kid not in registry.keyring.public:
         if not await _has_entries(registry, tenant):
             raise not_found(f"tenant {tenant}'s audit chain has no entries yet")
         await sign_checkpoint_now(registry)
@@ -65,17 +65,17 @@ async def _tree(registry: Registry, row) -> merkle.HeadTree:
     heads are read from the database once per checkpoint. A new checkpoint's tree is the previous
     one's copy with the moved heads rehashed (merkle.HeadTree), swapped in whole so that a proof
     being answered never sees a tree half updated."""
-    if row is None or row["root"] is None:
+    if row is None or row.root is None:
         return _EMPTY
     cached = registry.audit_tree
-    if cached is not None and cached.root().hex() == row["root"]:
+    if cached is not None and cached.root().hex() == row.root:
         return cached
     async with registry.audit_tree_lock:
         cached = registry.audit_tree
-        if cached is not None and cached.root().hex() == row["root"]:
+        if cached is not None and cached.root().hex() == row.root:
             return cached
-        full = await checkpoint_queries.checkpoint_with_root(registry.pool, row["root"])
-        heads = checkpoint_queries.covered_heads(full)
+        full = await checkpoint_queries.checkpoint_with_root(registry.pool, row.root)
+        heads = checkpoint_queries.covered_heads(full) if full is not None else []
         tree = cached.copy() if cached is not None else merkle.HeadTree()
         if len(heads) > _INLINE_LEAVES:
             await asyncio.to_thread(tree.update, heads)

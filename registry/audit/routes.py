@@ -1,6 +1,7 @@
 """HTTP: the audit log and the grant report for a tenant's auditors (events, NDJSON export, hourly
 outcome counts, live delegation grants, verification of the whole chain), and signed checkpoints of
-the chain head (public). The services are registry.audit.log, registry.tickets.grants and registry.audit.chain."""
+the chain head (public). The operations are registry.audit.operations, served through
+registry.web.operation_door; the services are registry.audit.log, registry.tickets.grants and registry.audit.chain."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from litestar import Request, Response, get
 from litestar.params import QueryParameter
 from litestar.response import Stream
 
+from auth.principal import Caller
 from registry.audit import chain as audit_chain
 from registry.audit import chain_checks
 from registry.audit import log as audit_log
@@ -17,12 +19,14 @@ from registry.audit import proof as audit_proof
 from registry.audit.chain_checks import ChainVerification
 from registry.audit.checkpoints import Checkpoint
 from registry.audit.log import MAX_HOURS, AuditPage, EventQuery, HourlyOutcomes
+from registry.audit.operations import CHAIN, EVENTS, GRANTS, HOURLY, PROOF
 from registry.audit.proof import AuditProof
 from registry.core.problems import problem_responses
 from registry.core.records import SKILL_ID_PATTERN
 from registry.state import registry_of
 from registry.tickets.grants import GrantOrder, GrantPage, grant_listing
-from registry.web.authentication import authenticate, optional_caller
+from registry.web.authentication import optional_caller
+from registry.web.operation_door import serve
 
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 100
@@ -70,15 +74,18 @@ async def list_events(
     cursor: Annotated[str | None, QueryParameter(max_length=256)] = None,
 ) -> Response[AuditPage]:
     registry = registry_of(request)
-    caller = await authenticate(request, "audit:read")
     query = EventQuery(
         type=event_type, actor=actor, skill=skill, scope=scope_held, outcome=outcome, since=since, until=until
     )
-    if NDJSON in request.headers.get("accept", ""):
-        # The export is a Stream; the annotation names the JSON page, which litestar documents in OpenAPI.
-        return Stream(await audit_log.event_export(registry, caller.tenant, query), media_type=NDJSON)  # type: ignore[return-value]
-    page = await audit_log.event_page(registry, caller.tenant, query, limit=limit, cursor=cursor)
-    return Response(page, headers={"Cache-Control": "no-store"})
+
+    async def events(caller: Caller, _: None) -> Response[AuditPage]:
+        if NDJSON in request.headers.get("accept", ""):
+            # The export is a Stream; the annotation names the JSON page, which litestar documents in OpenAPI.
+            return Stream(await audit_log.event_export(registry, caller.tenant, query), media_type=NDJSON)  # type: ignore[return-value]
+        page = await audit_log.event_page(registry, caller.tenant, query, limit=limit, cursor=cursor)
+        return Response(page, headers={"Cache-Control": "no-store"})
+
+    return await serve(request, EVENTS, events)
 
 
 @get(
@@ -115,17 +122,20 @@ async def list_grants(
     cursor: Annotated[str | None, QueryParameter(max_length=256)] = None,
 ) -> Response[GrantPage]:
     registry = registry_of(request)
-    caller = await authenticate(request, "audit:read")
-    page = await grant_listing(
-        registry,
-        caller.tenant,
-        active=active,
-        actor=actor,
-        skill=skill,
-        scope=scope_held,
-        limit=limit,
-        cursor=cursor,
-        order=order,
+    page = await serve(
+        request,
+        GRANTS,
+        lambda caller, _: grant_listing(
+            registry,
+            caller.tenant,
+            active=active,
+            actor=actor,
+            skill=skill,
+            scope=scope_held,
+            limit=limit,
+            cursor=cursor,
+            order=order,
+        ),
     )
     return Response(page, headers={"Cache-Control": "no-store"})
 
@@ -168,11 +178,10 @@ async def hourly_outcomes(
     until: UntilQuery = None,
 ) -> Response[HourlyOutcomes]:
     registry = registry_of(request)
-    caller = await authenticate(request, "audit:read")
     query = EventQuery(
         type=event_type, actor=actor, skill=skill, scope=scope_held, outcome=outcome, since=since, until=until
     )
-    outcomes = await audit_log.hourly_outcomes(registry, caller.tenant, query)
+    outcomes = await serve(request, HOURLY, lambda caller, _: audit_log.hourly_outcomes(registry, caller.tenant, query))
     return Response(outcomes, headers={"Cache-Control": "no-store"})
 
 
@@ -190,8 +199,8 @@ async def hourly_outcomes(
 )
 async def verify_chain(request: Request) -> Response[ChainVerification]:
     registry = registry_of(request)
-    caller = await authenticate(request, "audit:read")
-    return Response(await chain_checks.verify_chain(registry, caller), headers={"Cache-Control": "no-store"})
+    verification = await serve(request, CHAIN, lambda caller, _: chain_checks.verify_chain(registry, caller))
+    return Response(verification, headers={"Cache-Control": "no-store"})
 
 
 @get(
@@ -206,8 +215,8 @@ async def verify_chain(request: Request) -> Response[ChainVerification]:
 )
 async def audit_inclusion_proof(request: Request) -> Response[AuditProof]:
     registry = registry_of(request)
-    caller = await authenticate(request, "audit:read")
-    return Response(await audit_proof.inclusion_proof(registry, caller.tenant), headers={"Cache-Control": "no-store"})
+    proof = await serve(request, PROOF, lambda caller, _: audit_proof.inclusion_proof(registry, caller.tenant))
+    return Response(proof, headers={"Cache-Control": "no-store"})
 
 
 ROUTES = [list_events, hourly_outcomes, list_grants, latest_checkpoint, verify_chain, audit_inclusion_proof]

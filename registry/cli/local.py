@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import os
 import shutil
 import sys
@@ -202,7 +203,16 @@ def cmd_audit_verify(args: argparse.Namespace, settings: Settings) -> int:
         return 1
     from registry.audit.verify_summary import intact_summary
 
-    print(intact_summary(report.events, report.head_seq, report.checkpoints, chains=report.chains))
+    print(
+        intact_summary(
+            report.events,
+            report.head_seq,
+            report.checkpoints,
+            chains=report.chains,
+            last_seq=report.last_seq,
+            external=len(external),
+        )
+    )
     return 0
 
 
@@ -372,16 +382,50 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The exit status of a command whose reader went away (`capreg ... | head -1`): 128 + SIGPIPE, what the
+# shell reports for a program the signal ended.
+EXIT_CLOSED_PIPE = 141
+
+
+def _closed_pipe(exc: BaseException | None) -> bool:
+    """Whether `exc`, or an error it was raised from or during, is a write to a closed pipe (EPIPE)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, BrokenPipeError) or (isinstance(exc, OSError) and exc.errno == errno.EPIPE):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _end_quietly() -> int:
+    """The reader of stdout is gone: point stdout at /dev/null so that Python's final flush of what is
+    still buffered cannot fail again at exit (docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return EXIT_CLOSED_PIPE
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. A closed stdout (a pipe into `head`) ends it quietly with exit 141; its other
+    errors are one line on stderr."""
     import asyncpg
 
     args = build_parser().parse_args(argv)
     try:
-        return args.run(args, load_settings())
-    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-        # A command-line user gets the reason, not a traceback: usually DATABASE_URL or CAPREG_HOME.
-        print(f"capreg {args.command}: cannot use the database: {exc}", file=sys.stderr)
-        return 2
+        code = args.run(args, load_settings())
+        sys.stdout.flush()  # here, not at exit: a reader gone meanwhile is seen below
+        return code
+    except Exception as exc:
+        if _closed_pipe(exc):
+            return _end_quietly()
+        if isinstance(exc, (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)):
+            # A command-line user gets the reason, not a traceback: usually DATABASE_URL or CAPREG_HOME.
+            print(f"capreg {args.command}: cannot use the database: {exc}", file=sys.stderr)
+            return 2
+        raise
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 """The `capreg` commands for people that go through the HTTP API (CAPREG_URL, CAPREG_TOKEN):
-register, discover, detail, replay, ticket mint|introspect|revoke, audit grants|events.
+register, discover, detail, replay, withdraw, ticket mint|introspect|revoke, audit grants|events.
 
-Readable rich tables on a terminal; when stdout is not a terminal (a pipe, a file), plain rows of
-tab-separated cells with a header row, one item a line and never wrapped, for grep, cut and awk;
+Readable rich tables on a terminal, shown only when every word of every cell fits whole (an id or a
+ref is never cut, folded or ellipsised, no column squeezed): a terminal too narrow for that gets one
+`key: value` block per item instead, each value on one line; when stdout is not a terminal (a pipe,
+a file), plain rows of tab-separated cells with a header row, one item a line and never wrapped, for
+grep, cut and awk;
 `--json` (one document) or `--ndjson` (one object a line) for programs. A failure is one line on stderr and a non-zero exit (2 when the registry cannot be
 reached or a local file cannot be read, 1 for the registry's refusals), never a traceback.
 """
@@ -116,7 +119,7 @@ def _emit(args: argparse.Namespace, items: Iterable[R], table: Callable[[list[R]
     if not collected:
         console.print("[dim]nothing matched[/dim]")
         return 0
-    console.print(_table(table(collected)))
+    print_table(console, table(collected))
     return 0
 
 
@@ -133,12 +136,18 @@ def _emit_one(args: argparse.Namespace, item: Result, title: str, extra: Callabl
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column(overflow="fold")
-    for key, value in item.to_dict().items():
-        if key in ("inputSchema", "outputSchema", "endpoints") or value in (None, [], {}):
-            continue
+    fields = [
+        (key, value)
+        for key, value in item.to_dict().items()
+        if key not in ("inputSchema", "outputSchema", "endpoints") and value not in (None, [], {})
+    ]
+    for key, value in fields:
         table.add_row(key, _cell(value))
     console = _console()
-    console.print(table)
+    if _fits(console, table, [[key, value] for key, value in fields]):
+        console.print(table)
+    else:  # a long ticket or URL: one `key: value` line each, never folded
+        _print_blocks(console, Rows(title, ["field", "value"], []), [[key, value] for key, value in fields], keyed=True)
     if extra is not None:
         extra(console)
     return 0
@@ -168,7 +177,61 @@ _UNBROKEN = {
     "side effect",
     "status",
     "health",
+    "instance",
 }
+
+
+def _words(value: Any) -> list[str]:
+    """The words of a cell as shown: what must appear whole in a rendered table."""
+    if value is None:
+        return []
+    if isinstance(value, list):
+        value = ", ".join(map(str, value))
+    elif isinstance(value, dict):
+        value = json.dumps(value)
+    return str(value).split()
+
+
+def _fits(console: Any, table: Any, rows: list[list[Any]], headers: Iterable[str] = ()) -> bool:
+    """Whether `table`, rendered at the console's width, shows every word of every cell and header
+    whole: nothing cut with `…`, folded mid-word or squeezed out."""
+    import io
+
+    from rich.console import Console
+
+    probe = Console(file=io.StringIO(), width=console.width, color_system=None, soft_wrap=False, emoji=False)
+    probe.print(table)
+    shown = probe.file.getvalue()  # type: ignore[attr-defined]
+    words = [word for row in rows for value in row for word in _words(value)]
+    words += [word for header in headers for word in header.split()]
+    if "…" in shown and not any("…" in word for word in words):
+        return False
+    return all(word in shown for word in words)
+
+
+def _print_blocks(console: Any, rows: Rows, items: list[list[Any]] | None = None, keyed: bool = False) -> None:
+    """One `column: value` block per row (blank line between), each value on one line however long,
+    so that the terminal's own line wrap is the only break and an id copies whole. `keyed`: each row
+    is a (key, value) pair, shown as one `key: value` line."""
+    console.print(rows.title, soft_wrap=True, markup=False, highlight=False)
+    for number, row in enumerate(rows.rows if items is None else items):
+        if keyed:
+            console.print(f"{row[0]}: {_plain_cell(row[1])}", soft_wrap=True, markup=False, highlight=False)
+            continue
+        if number:
+            console.print("", soft_wrap=True)
+        for column, value in zip(rows.columns, row, strict=False):
+            console.print(f"{column}: {_plain_cell(value)}", soft_wrap=True, markup=False, highlight=False)
+
+
+def print_table(console: Any, rows: Rows) -> None:
+    """`rows` as a table on a terminal when every word of it fits whole at the console's width, else
+    as `column: value` blocks (a terminal too narrow for its ids)."""
+    table = _table(rows)
+    if _fits(console, table, rows.rows, rows.columns):
+        console.print(table)
+    else:
+        _print_blocks(console, rows)
 
 
 def _table(rows: Rows):
@@ -270,7 +333,7 @@ def offers(registry: Registry, args: argparse.Namespace) -> int:
         console.print(f"[dim]no offer ({note})[/dim]")
         return 1
     rows = Rows(
-        f"{len(answer.offers)} offers ({note})",
+        f"{len(answer.offers)} offer{'' if len(answer.offers) == 1 else 's'} ({note})",
         ["ref", "score", "relevance", "side effect", "instance", "load", "url", "ticket"],
         (
             [
@@ -290,7 +353,7 @@ def offers(registry: Registry, args: argparse.Namespace) -> int:
         print(rows.title)
         print_plain(rows.columns, rows.rows)
     else:
-        console.print(_table(rows))
+        print_table(console, rows)
     return 0
 
 
@@ -350,6 +413,25 @@ def ticket_revoke(registry: Registry, args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict()))
     else:
         print(f"revoked {len(result.revoked)} ticket(s): {', '.join(result.revoked)}")
+    return 0
+
+
+def withdraw(registry: Registry, args: argparse.Namespace) -> int:
+    tenant, _, agent_id = args.agent.partition("/")
+    if not tenant or not agent_id or "/" in agent_id:
+        print(f"capreg withdraw: {args.agent!r} is not tenant/agentId", file=sys.stderr)
+        return 2
+    result = registry.withdraw(tenant, agent_id)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    elif result.retired:
+        print(
+            f"withdrew {args.agent}: retired {len(result.retired)} version(s), ended {result.instances_ended} lease(s)"
+        )
+        for ref in result.retired:
+            print(f"  {ref}")
+    else:
+        print(f"{args.agent} was withdrawn already (at {result.withdrawn_at.isoformat()}): nothing changed")
     return 0
 
 
@@ -475,6 +557,14 @@ def add_http_commands(commands: argparse._SubParsersAction, audit: argparse._Sub
     detail_parser.add_argument("ref")
     _output_flags(detail_parser, ndjson=False)
     detail_parser.set_defaults(run=run_http(detail))
+
+    withdraw_parser = commands.add_parser(
+        "withdraw",
+        help="withdraw AGENT (tenant/agentId; registry:admin): every version retired, gone from discovery at once",
+    )
+    withdraw_parser.add_argument("agent")
+    _output_flags(withdraw_parser, ndjson=False)
+    withdraw_parser.set_defaults(run=run_http(withdraw))
 
     replay_parser = commands.add_parser(
         "replay",

@@ -31,6 +31,7 @@ from registry.client.results import (
     Revocation,
     Ticket,
     TicketClaims,
+    Withdrawal,
 )
 from registry.client.sync import KeepAlive, Registry
 from registry.client.verifier import TicketVerifier
@@ -64,6 +65,7 @@ __all__ = [
     "Registry",
     "ReplayVerdict",
     "Revocation",
+    "Withdrawal",
     "Ticket",
     "TicketClaims",
     "TicketVerifier",

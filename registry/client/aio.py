@@ -39,6 +39,7 @@ from registry.client.results import (
     ReplayVerdict,
     Revocation,
     Ticket,
+    Withdrawal,
 )
 from registry.client.signing import signature_kids, verify_card
 
@@ -115,6 +116,11 @@ class AsyncRegistry(RegistryBase):
 
     async def agent(self, tenant: str, agent_id: str) -> Agent:
         return await self._call(calls.agent(tenant, agent_id))
+
+    async def withdraw(self, tenant: str, agent_id: str) -> Withdrawal:
+        """Withdraw the agent (`registry:admin` of its tenant): every version retired, its leases
+        ended, gone from discovery, ARD, offers and new tickets at once; idempotent."""
+        return await self._call(calls.withdraw(tenant, agent_id))
 
     async def agent_card(self, ref: str, *, verify: bool = True) -> dict[str, Any]:
         """As Registry.agent_card: the public A2A card, its registry signature verified (JWKS cached)."""

@@ -37,6 +37,7 @@ from registry.client.results import (
     ReplayVerdict,
     Revocation,
     Ticket,
+    Withdrawal,
 )
 
 RETRIED_STATUSES = frozenset({429, 503})
@@ -218,6 +219,10 @@ def register(tenant: str, agent_id: str, body: bytes) -> Call:
         return result
 
     return Call("PUT", agent_path(tenant, agent_id), read, body=body, headers={"Content-Type": "application/json"})
+
+
+def withdraw(tenant: str, agent_id: str) -> Call:
+    return Call("DELETE", agent_path(tenant, agent_id), _decoding(Withdrawal))
 
 
 def heartbeat(tenant: str, agent_id: str, instance_id: str, url: str | None, ttl: int, load: float | None) -> Call:

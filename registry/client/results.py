@@ -211,6 +211,17 @@ class Introspection(Result):
     parent: str | None = None
 
 
+class Withdrawal(Result):
+    """What withdrawing an agent did: `retired` the versions this call retired (empty when the agent
+    was withdrawn already), `instances_ended` the live leases it ended."""
+
+    tenant: str
+    agent_id: str
+    withdrawn_at: datetime
+    retired: list[str] = []
+    instances_ended: int = 0
+
+
 class Revocation(Result):
     jti: str
     revoked: list[str] = []

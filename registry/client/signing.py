@@ -22,12 +22,12 @@ from typing import Any
 
 import jwt
 import msgspec
-import rfc8785
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from registry.client.errors import CapregError
+from registry.core.registration_payload import registration_payload
 
 CARD_ALGORITHM = "EdDSA"
 MAX_CARD_SIGNATURES = 8
@@ -115,19 +115,6 @@ def verify_card(card: dict[str, Any], keys: CardKeys) -> None:
 
 # ---------------------------------------------------------------------------
 # Publishers
-
-
-def registration_payload(body: bytes | dict[str, Any], *, tenant: str, agent_id: str) -> bytes:
-    """The bytes a publisher signature covers: RFC 8785 of `{"agentId": agent_id, "registration": the
-    body without signatures, "tenant": tenant}`. The tenant and agent id are in the signed bytes so a
-    signature authorises one resource: the same body replayed to another agent or tenant does not
-    verify. Raises ValueError (rfc8785.CanonicalizationError, msgspec.DecodeError) when there is no
-    such form."""
-    value = msgspec.json.decode(body) if isinstance(body, bytes | str) else dict(body)
-    if not isinstance(value, dict):
-        raise ValueError("a registration body is a JSON object")
-    value.pop("signatures", None)
-    return rfc8785.dumps({"agentId": agent_id, "registration": value, "tenant": tenant})
 
 
 def _publisher_key(private_key: object) -> tuple[Ed25519PrivateKey | ec.EllipticCurvePrivateKey, str]:

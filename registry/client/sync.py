@@ -38,6 +38,7 @@ from registry.client.results import (
     ReplayVerdict,
     Revocation,
     Ticket,
+    Withdrawal,
 )
 from registry.client.signing import signature_kids, verify_card
 
@@ -120,6 +121,11 @@ class Registry(RegistryBase):
 
     def agent(self, tenant: str, agent_id: str) -> Agent:
         return self._call(calls.agent(tenant, agent_id))
+
+    def withdraw(self, tenant: str, agent_id: str) -> Withdrawal:
+        """Withdraw the agent (`registry:admin` of its tenant): every version retired, its leases
+        ended, gone from discovery, ARD, offers and new tickets at once; idempotent."""
+        return self._call(calls.withdraw(tenant, agent_id))
 
     def agent_card(self, ref: str, *, verify: bool = True) -> dict[str, Any]:
         """The agent's public A2A card ("tenant/agentId", or a capability ref), as a dict. With

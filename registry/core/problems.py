@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from auth.policy import Refusal
+from auth.policy import REFUSAL_CODES, Refusal
+from registry.core import error_codes as codes
+from registry.core.error_codes import ErrorKind
 from registry.core.json_pointer import escape_token
 from registry.core.tracing import new_trace_id, trace_id_from
 from registry.core.wire import Wire
@@ -71,13 +74,26 @@ class Problem(Wire, omit_defaults=True):
     reason: str | None = None
 
 
+class RefusalSubject(msgspec.Struct, frozen=True, kw_only=True):
+    """What a refusal is about, as far as the service had resolved it when it refused: the tenant whose
+    chain records it, the capability or resource ref, the scopes asked for, the principal acted for."""
+
+    tenant: str | None = None
+    ref: str | None = None
+    scopes: tuple[str, ...] = ()
+    on_behalf_of: str | None = None
+    # The event type it is recorded as when not the operation's own (a registration's refused version
+    # is `version.published`; reading an approval one may not see, `request.refused`).
+    event: str | None = None
+
+
 class ProblemError(Exception):
-    """Raise to answer with a problem response: `code` is one of the error codes of docs/api.md#error-codes."""
+    """Raise to answer with a problem response: `kind` is a row of registry.core.error_codes (a code of
+    docs/api.md#error-codes and its status)."""
 
     def __init__(
         self,
-        status: int,
-        code: str,
+        kind: ErrorKind,
         detail: str,
         *,
         errors: list[ErrorItem] | None = None,
@@ -86,13 +102,34 @@ class ProblemError(Exception):
         reason: str | None = None,
     ):
         super().__init__(detail)
-        self.status, self.code, self.detail = status, code, detail
+        self.status, self.code, self.detail = kind.status, kind.code, detail
         self.errors, self.headers = errors, headers or {}
         self.missing_scopes, self.reason = missing_scopes, reason
+        # Set by the service that refuses (`about`), read by the operation boundary that audits it
+        # (registry.operations.boundary); `audited` once it is recorded, so it never is twice.
+        self.subject: RefusalSubject | None = None
+        self.audited = False
+
+    def about(
+        self,
+        *,
+        tenant: str | None,
+        ref: str | None = None,
+        scopes: Sequence[str] = (),
+        on_behalf_of: str | None = None,
+        event: str | None = None,
+    ) -> ProblemError:
+        """This error, saying what it refuses; the first subject given is kept (the innermost
+        service resolved the most when it refused)."""
+        if self.subject is None:
+            self.subject = RefusalSubject(
+                tenant=tenant, ref=ref, scopes=tuple(scopes), on_behalf_of=on_behalf_of, event=event
+            )
+        return self
 
 
 def invalid_request(detail: str, errors: list[ErrorItem] | None = None) -> ProblemError:
-    return ProblemError(400, "invalid_request", detail, errors=errors)
+    return ProblemError(codes.INVALID_REQUEST, detail, errors=errors)
 
 
 def unacceptable_value(exc: asyncpg.exceptions.DataError, what: str = "a request value") -> ProblemError:
@@ -102,7 +139,7 @@ def unacceptable_value(exc: asyncpg.exceptions.DataError, what: str = "a request
 
 
 def not_found(detail: str = "no such resource") -> ProblemError:
-    return ProblemError(404, "not_found", detail)
+    return ProblemError(codes.NOT_FOUND, detail)
 
 
 def invalid_token(detail: str) -> ProblemError:
@@ -110,22 +147,15 @@ def invalid_token(detail: str) -> ProblemError:
     quotes and backslashes in it are dropped rather than escaped, which clients parse unevenly)."""
     description = "".join(c for c in detail if c not in '"\\' and " " <= c <= "~")
     return ProblemError(
-        401,
-        "invalid_token",
+        codes.INVALID_TOKEN,
         detail,
         headers={"WWW-Authenticate": f'Bearer error="invalid_token", error_description="{description}"'},
     )
 
 
-# The HTTP status of each refusal code of auth.policy (docs/api.md#error-codes); the only place it is said.
-REFUSAL_STATUS = {
-    "not_found": 404,
-    "retired": 410,
-    "insufficient_scope": 403,
-    "tenant_mismatch": 403,
-    "data_location_denied": 403,
-    "delegation_denied": 403,
-}
+# Every refusal code auth.policy can decide has its row in the table: checked here, at import.
+if missing := REFUSAL_CODES - codes.TABLE.codes():
+    raise RuntimeError(f"auth.policy refusal codes without a row in registry.core.error_codes: {sorted(missing)}")
 
 
 def refused(refusal: Refusal) -> ProblemError:
@@ -135,8 +165,7 @@ def refused(refusal: Refusal) -> ProblemError:
     if refusal.code == "insufficient_scope":
         headers = {"WWW-Authenticate": f'Bearer error="insufficient_scope", scope="{" ".join(refusal.missing_scopes)}"'}
     return ProblemError(
-        REFUSAL_STATUS[refusal.code],
-        refusal.code,
+        codes.TABLE.of(refusal.code),
         refusal.message,
         headers=headers,
         missing_scopes=list(refusal.missing_scopes) or None,
@@ -163,6 +192,8 @@ def decode_error_item(exc: msgspec.ValidationError | msgspec.DecodeError, type_:
     path = json_pointer(where.rstrip("`")) if where else ""
     if field := FIELD_REFUSAL.match(message):  # a Struct's own check of one field (registry.core.date_times)
         return ErrorItem(path=f"{path}/{field[1]}", message=field[2])
+    if missing := _MISSING.match(message):
+        return ErrorItem(path=f"{path}/{missing[1]}", message=_MISSING_SAYS.get(missing[1], "required, and missing"))
     if message == "Input data was truncated":
         return ErrorItem(path=path, message="the body is not valid JSON: it ends before the document does")
     if malformed := _MALFORMED.match(message):
@@ -178,6 +209,12 @@ def decode_error_item(exc: msgspec.ValidationError | msgspec.DecodeError, type_:
 
 
 _MALFORMED = re.compile(r"^JSON is malformed: (.*) \(byte (\d+)\)$")
+_MISSING = re.compile(r"^Object missing required field `([^`]+)`$")
+# Required fields whose absence needs more than "missing": what to send instead.
+_MISSING_SAYS = {
+    "scopes": "required: the scopes a caller must hold to see this skill's schemas and endpoints, "
+    "or [] to say that any valid token may (there is no default)",
+}
 
 
 def enum_values_at(type_: Any, pointer: str) -> list[Any]:
@@ -369,18 +406,21 @@ def _from_http_exception(exc: HTTPException) -> ProblemError:
     if status == 404:
         return not_found()
     if status == 405:
-        return ProblemError(405, "invalid_request", "method not allowed on this path", headers=exc.headers)
+        return ProblemError(codes.METHOD_NOT_ALLOWED, "method not allowed on this path", headers=exc.headers)
     if status == 413:
-        return ProblemError(413, "payload_too_large", "request body exceeds CAPREG_MAX_BODY")
+        return ProblemError(codes.PAYLOAD_TOO_LARGE, "request body exceeds CAPREG_MAX_BODY")
     if status == 415:
-        return ProblemError(415, "invalid_request", "unsupported media type")
+        return ProblemError(codes.UNSUPPORTED_MEDIA_TYPE, "unsupported media type")
     if status == 429:
         return ProblemError(
-            429, "rate_limited", "too many requests", headers={"Retry-After": "1", **(exc.headers or {})}
+            codes.RATE_LIMITED, "too many requests", headers={"Retry-After": "1", **(exc.headers or {})}
         )
     if status == 503:
-        return ProblemError(503, "retryable_unavailable", "service unavailable", headers={"Retry-After": "1"})
-    return ProblemError(status, "invalid_request" if status < 500 else "internal_error", str(exc.detail))
+        return ProblemError(codes.RETRYABLE_UNAVAILABLE, "service unavailable", headers={"Retry-After": "1"})
+    if status >= 500:
+        return ProblemError(codes.INTERNAL_ERROR, "internal error")
+    # a status the table does not name (litestar's own, never raised by capreg): the caller's 400
+    return invalid_request(str(exc.detail))
 
 
 def handle_exception(request: Request, exc: Exception) -> Response:
@@ -410,18 +450,18 @@ def handle_exception(request: Request, exc: Exception) -> Response:
         return problem_response(
             request,
             ProblemError(
-                503, "retryable_unavailable", "the database is unreachable; retry shortly", headers={"Retry-After": "2"}
+                codes.RETRYABLE_UNAVAILABLE, "the database is unreachable; retry shortly", headers={"Retry-After": "2"}
             ),
         )
     if isinstance(exc, asyncpg.exceptions.QueryCanceledError):
         return problem_response(
             request,
             ProblemError(
-                503, "retryable_unavailable", "the query timed out; retry shortly", headers={"Retry-After": "1"}
+                codes.RETRYABLE_UNAVAILABLE, "the query timed out; retry shortly", headers={"Retry-After": "1"}
             ),
         )
     log.exception("unhandled error on %s %s", request.method, request.url.path)
-    return problem_response(request, ProblemError(500, "internal_error", "internal error"))
+    return problem_response(request, ProblemError(codes.INTERNAL_ERROR, "internal error"))
 
 
 def problem_responses(*statuses: int) -> dict[int, Any]:

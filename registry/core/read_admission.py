@@ -25,6 +25,8 @@ from typing import Any, TypeVar
 
 import asyncpg
 
+from db.pool import PoolWaits
+from registry.core import error_codes as codes
 from registry.core.problems import ProblemError
 
 T = TypeVar("T")
@@ -35,8 +37,7 @@ RETRY_AFTER_SECONDS = 1
 
 def shed() -> ProblemError:
     return ProblemError(
-        503,
-        "retryable_unavailable",
+        codes.RETRYABLE_UNAVAILABLE,
         "too many reads in flight on this worker; retry shortly",
         headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
     )
@@ -84,6 +85,8 @@ class ReadAdmission:
         self.in_flight = 0
         self.shed = 0  # reads refused for want of a connection (/metrics)
         self.flights = SingleFlight()
+        # The wait for the read pool's connection once admitted (/metrics).
+        self.pool_waits = PoolWaits(pool)
 
     async def once(self, key: Hashable, seq: int | None, build: Callable[[], Awaitable[T]]) -> T:
         """`build()`, shared with the concurrent calls of the same `key` begun at the same change
@@ -109,7 +112,7 @@ class ReadAdmission:
             self.waiting -= 1
         self.in_flight += 1
         try:
-            async with self.pool.acquire() as conn:
+            async with self.pool_waits.acquire() as conn:
                 yield conn
         finally:
             self.in_flight -= 1

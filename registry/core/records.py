@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 
@@ -12,8 +12,14 @@ from registry.core.date_times import check_date_time
 from registry.core.wire import Wire
 
 SideEffect = Literal["none", "idempotent", "write", "destructive"]
-SIDE_EFFECT_ORDER: dict[str, int] = {"none": 0, "idempotent": 1, "write": 2, "destructive": 3}
+# The side effects by rank, the one vocabulary (issue 36) every filter on them accepts (discovery's
+# and offers' sideEffectMax, ARD's metadata.capreg.sideEffectMax, MCP's side_effect_max).
+SIDE_EFFECT_NAMES: tuple[str, ...] = get_args(SideEffect)
+SIDE_EFFECT_ORDER: dict[str, int] = {name: rank for rank, name in enumerate(SIDE_EFFECT_NAMES)}
 Visibility = Literal["public", "tenant"]
+# An agent's health, as db.agents.HEALTH_SQL decides it (the one rule, issue 36): healthy while any
+# instance lease is live, stale once all have lapsed, unknown if none ever existed.
+Health = Literal["healthy", "stale", "unknown"]
 
 
 def approval_required(side_effect: str | None, explicit: bool | None) -> bool:
@@ -120,6 +126,9 @@ class SkillRegistration(Wire):
     description: ShortText
     version: Annotated[str, msgspec.Meta(max_length=128)]
     side_effect: SideEffect
+    # Required: who may see the detail (schemas, endpoints) is always said, never a silent default;
+    # [] says any valid token may (docs/api.md#registering-agents).
+    scopes: Annotated[list[ScopeName], msgspec.Meta(max_length=MAX_SCOPES)]
     tags: Annotated[list[Tag], msgspec.Meta(max_length=MAX_TAGS)] = []
     examples: Annotated[list[ShortText], msgspec.Meta(max_length=MAX_EXAMPLES)] = []
     input_modes: Annotated[list[ShortText], msgspec.Meta(max_length=MAX_MODES)] = []
@@ -127,7 +136,6 @@ class SkillRegistration(Wire):
     security_requirements: list[dict[str, Any]] = []
     input_schema: JsonSchema = msgspec.field(default_factory=lambda: {"type": "object"})
     output_schema: JsonSchema = msgspec.field(default_factory=dict)
-    scopes: Annotated[list[ScopeName], msgspec.Meta(max_length=MAX_SCOPES)] = []
     requires_approval: bool | None = None
     data_regions: Annotated[list[Region], msgspec.Meta(max_length=MAX_REGIONS)] = []
     slo: Slo | None = None
@@ -236,7 +244,7 @@ class PublicCapability(Wire):
     status: Status
     sunset_at: datetime | None
     effective_at: datetime | None
-    health: Literal["healthy", "stale", "unknown"]
+    health: Health
     # Unexpired instance leases of the agent (heartbeats).
     live_instances: int
     updated_at: datetime

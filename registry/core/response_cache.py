@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from registry.core.cache_budget import estimated_size
 
@@ -40,6 +40,39 @@ DEFAULT_MAX_AGE = 10.0
 LEASES_MAX_AGE = 1.0
 # Clocks of the database and this process may differ slightly: expire a little early.
 CLOCK_MARGIN = 0.05
+
+
+class ViewerDimension(NamedTuple):
+    """What of the viewer a cached answer depends on (`name`), and its value for this answer."""
+
+    name: str
+    value: Hashable
+
+
+# The same answer for every caller: who may see it is checked on every read (agent views, cards,
+# release rows, leases, the regions capabilities name).
+EVERYONE = ViewerDimension("everyone", None)
+
+
+def seen_by_tenant(tenant: str | None) -> ViewerDimension:
+    """An answer filtered by what the viewer's tenant may see (None: anonymous): discovery, ARD."""
+    return ViewerDimension("tenant", tenant)
+
+
+def decided_for(profile: Hashable) -> ViewerDimension:
+    """An answer decided by detail release's rules, which read the caller's release profile
+    (auth.policy.release_profile: tenant, scopes, regions): offers' candidates."""
+    return ViewerDimension("release-profile", profile)
+
+
+def cache_key(kind: str, viewer: ViewerDimension, *question: Hashable) -> tuple[Hashable, ...]:
+    """The one way a key of the per-process caches is built (issue 36): the kind of answer, the
+    viewer dimension it depends on (EVERYONE, seen_by_tenant, decided_for), then the question. Two
+    viewers who differ in that dimension never share an entry; tests/web/test_cache_keys.py holds
+    every cache to it."""
+    if not isinstance(viewer, ViewerDimension):
+        raise TypeError("a cache key names its viewer dimension (EVERYONE, seen_by_tenant, decided_for)")
+    return (kind, viewer, *question)
 
 
 @dataclass(slots=True)
@@ -99,6 +132,9 @@ class ResponseCache:
         self._entries: OrderedDict[Hashable, tuple[CachedResponse, int]] = OrderedDict()
         self._seq: int | None = None
         self._swept = float("-inf")
+        # Lookups answered from the cache and not (/metrics); a lookup with caching off is neither.
+        self.hits = 0
+        self.misses = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -120,12 +156,15 @@ class ResponseCache:
         self._move_to(seq)
         found = self._entries.get(key)
         if found is None:
+            self.misses += 1
             return None
         entry = found[0]
         if entry.seq != seq or entry.expires <= now:
             self._drop(key)
+            self.misses += 1
             return None
         self._entries.move_to_end(key)
+        self.hits += 1
         return entry
 
     def put(

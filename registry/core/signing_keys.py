@@ -15,7 +15,7 @@ async def ensure_signing_key(conn: asyncpg.Connection) -> None:
     """Create the first signing key unless one exists (safe under concurrent starts)."""
     async with conn.transaction():
         await key_queries.lock_keys(conn)
-        if await key_queries.current_key(conn) is None:
+        if not await key_queries.has_current_key(conn):
             await key_queries.insert_key(conn, *new_key())
 
 

@@ -9,8 +9,8 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import QueryParameter
 
 from registry.core.problems import problem_responses
-from registry.core.records import MAX_FILTER_VALUES
-from registry.core.response_cache import CachedResponse, etag_matches
+from registry.core.records import MAX_FILTER_VALUES, SIDE_EFFECT_NAMES
+from registry.core.response_cache import CachedResponse, cache_key, etag_matches, seen_by_tenant
 from registry.discovery.service import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
@@ -38,14 +38,17 @@ def _cached_answer(request: Request, entry: CachedResponse, viewer: str | None) 
     return Response(entry.body, media_type="application/json", headers=headers)
 
 
+def _raw_key(request: Request, viewer: str | None) -> tuple:
+    """The key of a discovery question in its exact wording (an alias of its normalised entry)."""
+    return cache_key("discover-raw", seen_by_tenant(viewer), request.scope["query_string"])
+
+
 async def _answer_from_cache(request: Request) -> Response | None:
     """Before parameters are parsed: a question asked before, in the same words, is answered from
     the cache (a cached entry exists only for a query that parsed and validated)."""
     registry = registry_of(request)
     viewer = await _viewer(request)
-    entry = registry.responses.get(
-        ("raw", viewer, request.scope["query_string"]), registry.watcher.cache_seq(), registry.clock.monotonic()
-    )
+    entry = registry.responses.get(_raw_key(request, viewer), registry.watcher.cache_seq(), registry.clock.monotonic())
     return _cached_answer(request, entry, viewer) if entry is not None else None
 
 
@@ -78,8 +81,8 @@ async def discover(
         str | None,
         QueryParameter(
             name="sideEffectMax",
-            description="none, idempotent, write or destructive",
-            schema_extra={"enum": ["none", "idempotent", "write", "destructive"]},
+            description=f"{', '.join(SIDE_EFFECT_NAMES[:-1])} or {SIDE_EFFECT_NAMES[-1]}",
+            schema_extra={"enum": list(SIDE_EFFECT_NAMES)},
         ),
     ] = None,
     region: Annotated[str | None, QueryParameter(max_length=REGION_MAX_LENGTH)] = None,
@@ -119,9 +122,7 @@ async def discover(
     )
     # The same entry under the query's exact wording, for `_answer_from_cache` next time.
     # An alias of the normalised entry: charged its key only (the body is the same object).
-    registry.responses.put(
-        ("raw", viewer, request.scope["query_string"]), entry, registry.watcher.cache_seq(), size=256
-    )
+    registry.responses.put(_raw_key(request, viewer), entry, registry.watcher.cache_seq(), size=256)
     return _cached_answer(request, entry, viewer)
 
 

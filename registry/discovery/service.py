@@ -27,11 +27,12 @@ from registry.core.records import (
     SKILL_ID_PATTERN,
     TENANT_PATTERN,
     CapabilityVersion,
+    Health,
     PublicCapability,
     Slo,
     capability_ref,
 )
-from registry.core.response_cache import CachedResponse, etag_of, expiry
+from registry.core.response_cache import EVERYONE, CachedResponse, cache_key, etag_of, expiry, seen_by_tenant
 from registry.core.wire import Wire
 from registry.discovery import ranking
 
@@ -73,7 +74,7 @@ class AgentView(Wire):
     version: str
     provider: dict | None
     visibility: Literal["public", "tenant"]
-    health: Literal["healthy", "stale", "unknown"]
+    health: Health
     # Unexpired instance leases (heartbeats).
     live_instances: int
     skills: list[PublicCapability]
@@ -236,7 +237,7 @@ async def discovery_page(registry: Registry, viewer: str | None, query: Discover
     Raises invalid_request for an unknown sideEffectMax or a cursor this registry did not issue.
     """
     query = await normalized(registry, query)
-    key = ("discover", viewer, *msgspec.structs.astuple(query))
+    key = cache_key("discover", seen_by_tenant(viewer), *msgspec.structs.astuple(query))
     seq = registry.watcher.cache_seq()
     entry = registry.responses.get(key, seq, registry.clock.monotonic())
     if entry is None:
@@ -264,9 +265,12 @@ async def normalized(registry: Registry, query: DiscoveryQuery) -> DiscoveryQuer
     return msgspec.structs.replace(query, **changes) if changes else query
 
 
+_KNOWN_REGIONS = cache_key("known-regions", EVERYONE)
+
+
 async def _known_regions(registry: Registry) -> frozenset[str]:
     """The regions capabilities list, cached on the terms of every other entry (one change sequence)."""
-    entry = registry.responses.get(("known-regions",), registry.watcher.cache_seq(), registry.clock.monotonic())
+    entry = registry.responses.get(_KNOWN_REGIONS, registry.watcher.cache_seq(), registry.clock.monotonic())
     if entry is not None:
         return entry.extra
     now = registry.clock.now()
@@ -275,7 +279,7 @@ async def _known_regions(registry: Registry) -> frozenset[str]:
         regions = await capability_queries.known_regions(conn)
     expires = expiry(registry.clock.monotonic(), now, [])
     registry.responses.put(
-        ("known-regions",),
+        _KNOWN_REGIONS,
         CachedResponse(body=b"", etag="", seq=seq, expires=expires, extra=regions),
         registry.watcher.cache_seq(),
     )
@@ -395,8 +399,8 @@ async def change_page(registry: Registry, viewer: str | None, *, after: int, wai
         if rows:
             # A full page continues after its last item; otherwise everything up to head was seen,
             # including changes the caller may not see, which it need never rescan.
-            next_seq = rows[-1]["seq"] if len(rows) == limit else head
-            return ChangePage(items=[Change(**dict(r)) for r in rows], next=next_seq)
+            next_seq = rows[-1].seq if len(rows) == limit else head
+            return ChangePage(items=[Change(seq=r.seq, kind=r.kind, ref=r.ref, at=r.at) for r in rows], next=next_seq)
         after = max(after, head)
         remaining = deadline - registry.clock.monotonic()
         if remaining <= 0:

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from auth.principal import Caller
+from registry.core import error_codes as codes
 from registry.mcp.tools import INSTRUCTIONS, TOOL_LIST, TOOLS, Call, call_tool
 from registry.state import Registry
 
@@ -44,6 +45,11 @@ def _error(id_: Any, code: int, message: str, data: Any = None, *, status: int =
     return Exchange(status, {"jsonrpc": "2.0", "id": id_, "error": error})
 
 
+def _malformed(id_: Any, code: int, message: str, data: Any = None) -> Exchange:
+    """A message the transport cannot take: JSON-RPC's error, answered with invalid_request's status."""
+    return _error(id_, code, message, data, status=codes.INVALID_REQUEST.status)
+
+
 def _result(id_: Any, result: dict[str, Any]) -> Exchange:
     return Exchange(200, {"jsonrpc": "2.0", "id": id_, "result": result})
 
@@ -56,12 +62,11 @@ def unsupported_version(version: str) -> Exchange | None:
     """The 400 for an MCP-Protocol-Version header this server does not speak, else None."""
     if version in PROTOCOL_VERSIONS:
         return None
-    return _error(
+    return _malformed(
         None,
         INVALID_REQUEST,
         f"unsupported MCP-Protocol-Version {version[:64]!r}",
         {"supported": list(PROTOCOL_VERSIONS)},
-        status=400,
     )
 
 
@@ -72,35 +77,30 @@ async def handle(
     try:
         message = msgspec.json.decode(raw)
     except (msgspec.DecodeError, RecursionError):
-        return _error(None, PARSE_ERROR, "the body is not JSON", status=400)
+        return _malformed(None, PARSE_ERROR, "the body is not JSON")
     if isinstance(message, list):
-        return _error(
-            None, INVALID_REQUEST, "batches are not supported: send one JSON-RPC message per request", status=400
-        )
+        return _malformed(None, INVALID_REQUEST, "batches are not supported: send one JSON-RPC message per request")
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-        return _error(None, INVALID_REQUEST, "not a JSON-RPC 2.0 message", status=400)
+        return _malformed(None, INVALID_REQUEST, "not a JSON-RPC 2.0 message")
     method = message.get("method")
     if method is None:
         if "id" in message and ("result" in message or "error" in message):
             return Exchange(
                 202, None
             )  # a response to a server request: this server sends none, so nothing waits for it
-        return _error(None, INVALID_REQUEST, "a JSON-RPC message needs a `method`", status=400)
+        return _malformed(None, INVALID_REQUEST, "a JSON-RPC message needs a `method`")
     if not isinstance(method, str):
-        return _error(None, INVALID_REQUEST, "`method` must be a string", status=400)
+        return _malformed(None, INVALID_REQUEST, "`method` must be a string")
     params = message.get("params")
     if params is not None and not isinstance(params, dict):
-        return _error(
-            message.get("id") if _valid_id(message.get("id")) else None,
-            INVALID_REQUEST,
-            "`params` must be an object",
-            status=400,
+        return _malformed(
+            message.get("id") if _valid_id(message.get("id")) else None, INVALID_REQUEST, "`params` must be an object"
         )
     if "id" not in message:
         return Exchange(202, None)  # notifications (initialized, cancelled...) need nothing from a stateless server
     id_ = message["id"]
     if not _valid_id(id_):
-        return _error(None, INVALID_REQUEST, "`id` must be a string or an integer", status=400)
+        return _malformed(None, INVALID_REQUEST, "`id` must be a string or an integer")
     params = params or {}
 
     if method == "initialize":

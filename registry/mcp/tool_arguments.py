@@ -18,12 +18,8 @@ from registry.discovery.service import (
     VERSION_REQUEST_MAX_LENGTH,
 )
 from registry.offers import service as offer_service
-from registry.tickets.service import (
-    IDEMPOTENCY_KEY_MAX_LENGTH,
-    OnBehalfOf,
-    RequestedResources,
-    RequestedScopes,
-)
+from registry.tickets.idempotency import IDEMPOTENCY_KEY_MAX_LENGTH
+from registry.tickets.request import OnBehalfOf, RequestedResources, RequestedScopes
 
 REF_MAX_LENGTH = 64 + 1 + 64 + 1 + 128 + 1 + VERSION_REQUEST_MAX_LENGTH
 

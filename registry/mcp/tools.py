@@ -19,19 +19,17 @@ from typing import Any
 import asyncpg
 import msgspec
 
-from auth.policy import check_scope
 from auth.principal import Caller
 from registry.core.problems import (
     ErrorItem,
     ProblemError,
+    RefusalSubject,
     decode_error_item,
     invalid_request,
     invalid_token,
     problem_of,
-    refused,
     unacceptable_value,
 )
-from registry.core.refusals import REFUSED, refuse
 from registry.core.storable import unstorable_pointer
 from registry.discovery.service import DiscoveryQuery, discovery_page, parse_capability_ref, viewer_tenant
 from registry.mcp.tool_arguments import (
@@ -42,10 +40,15 @@ from registry.mcp.tool_arguments import (
     ToolDefinitionArguments,
 )
 from registry.offers import service as offer_service
+from registry.offers.operations import OFFERS
+from registry.operations.boundary import Operation, run
+from registry.operations.refusals import REFUSED, record_refusal
 from registry.release import service as release
+from registry.release.operations import DETAIL
 from registry.state import Registry
-from registry.tickets.service import DENIED as TICKET_DENIED
-from registry.tickets.service import TicketRequestBody, request_ticket
+from registry.tickets.operations import MINT
+from registry.tickets.request import TicketRequestBody
+from registry.tickets.service import request_ticket
 
 INSTRUCTIONS = (
     "capreg is a registry of capabilities (skills) offered by AI agents. Use it to find an agent that can "
@@ -119,9 +122,11 @@ async def get_tool_definition(call: Call, args: ToolDefinitionArguments) -> Tool
 
 
 async def request_ticket_tool(call: Call, args: TicketArguments) -> ToolResult:
+    """POST /v1/tickets' operation (MINT) with the tool's arguments as its body; run at the boundary
+    by call_tool, which records a refusal, a body that does not fit included, as `ticket.denied`."""
     caller = _authenticated(call)
+    parts = parse_capability_ref(args.ref)
     try:
-        parts = parse_capability_ref(args.ref)
         body = msgspec.convert(
             {
                 "audience": f"{parts.tenant}/{parts.agent_id}",
@@ -135,14 +140,7 @@ async def request_ticket_tool(call: Call, args: TicketArguments) -> ToolResult:
             TicketRequestBody,
         )
     except msgspec.ValidationError as exc:
-        error = invalid_request("the ticket request is malformed", [decode_error_item(exc, TicketRequestBody)])
-        raise await refuse(
-            call.registry, caller, error, event_type=TICKET_DENIED, tenant=None, trace_id=call.trace_id
-        ) from None
-    except ProblemError as error:
-        raise await refuse(
-            call.registry, caller, error, event_type=TICKET_DENIED, tenant=None, trace_id=call.trace_id
-        ) from None
+        raise invalid_request("the ticket request is malformed", [decode_error_item(exc, TicketRequestBody)]) from None
     answer = await request_ticket(
         call.registry, caller, body, idempotency_key=args.idempotency_key, trace_id=call.trace_id
     )
@@ -160,24 +158,12 @@ async def request_ticket_tool(call: Call, args: TicketArguments) -> ToolResult:
 
 
 async def find_capability(call: Call, args: FindArguments) -> ToolResult:
+    """POST /v1/offers' operation (OFFERS), run at the boundary by call_tool."""
     caller = _authenticated(call)
     body = offer_service.OfferRequest(
         need=args.need, region=args.region, side_effect_max=args.side_effect_max, limit=args.limit
     )
-    try:
-        if (refusal := check_scope(caller, "registry:read")) is not None:
-            raise refused(refusal)
-        answer = await offer_service.make_offers(call.registry, caller, body, trace_id=call.trace_id)
-    except ProblemError as error:  # as POST /v1/offers: the caller's refusal, `request.refused`
-        raise await refuse(
-            call.registry,
-            caller,
-            error,
-            event_type=REFUSED,
-            tenant=None,
-            ref="POST /mcp find_capability",
-            trace_id=call.trace_id,
-        ) from None
+    answer = await offer_service.make_offers(call.registry, caller, body, trace_id=call.trace_id)
     note = (
         None
         if answer.offers
@@ -199,8 +185,9 @@ class Tool(msgspec.Struct, frozen=True, kw_only=True):
     annotations: dict[str, bool]
     # Needs a bearer token: anonymous calls are refused (401) before the arguments are read, as on HTTP.
     authenticated: bool = True
-    # Arguments that do not fit are audited as this event type, as a malformed body of the HTTP twin is.
-    malformed_event: str | None = None
+    # The operation the tool runs, when it is declared at the boundary (registry.operations.boundary):
+    # its arguments are decoded and its service called there, every refusal recorded as the operation's.
+    operation: Operation | None = None
 
 
 TOOLS = {
@@ -225,7 +212,7 @@ TOOLS = {
             arguments=FindArguments,
             run=find_capability,
             annotations={"readOnlyHint": True, "openWorldHint": False},
-            malformed_event=REFUSED,
+            operation=OFFERS,
         ),
         Tool(
             name="search_capabilities",
@@ -260,6 +247,7 @@ TOOLS = {
             ),
             arguments=CapabilityArguments,
             run=get_capability,
+            operation=DETAIL,
             annotations={"readOnlyHint": True, "openWorldHint": False},
         ),
         Tool(
@@ -272,6 +260,7 @@ TOOLS = {
             ),
             arguments=ToolDefinitionArguments,
             run=get_tool_definition,
+            operation=DETAIL,
             annotations={"readOnlyHint": True, "openWorldHint": False},
         ),
         Tool(
@@ -288,13 +277,13 @@ TOOLS = {
             ),
             arguments=TicketArguments,
             run=request_ticket_tool,
+            operation=MINT,
             annotations={
                 "readOnlyHint": False,
                 "destructiveHint": False,
                 "idempotentHint": False,
                 "openWorldHint": False,
             },
-            malformed_event="ticket.denied",
         ),
     )
 }
@@ -345,41 +334,34 @@ async def call_tool(call: Call, tool: Tool, arguments: dict[str, Any]) -> dict[s
             raise invalid_token(
                 "this tool needs a bearer token: send 'Authorization: Bearer <token>' on the MCP requests"
             )
-        try:
-            if unstorable_pointer(arguments) is not None:
-                error = invalid_request(
-                    "arguments must not contain NUL characters", [ErrorItem(path="", message="NUL character")]
-                )
-                if call.caller is not None:  # as on the JSON API: `request.refused`, never the tool's own event
-                    await refuse(
-                        call.registry,
-                        call.caller,
-                        error,
-                        event_type=REFUSED,
-                        tenant=None,
-                        ref=f"POST /mcp {tool.name}",
-                        reason="invalid_request: NUL",
-                        trace_id=call.trace_id,
-                    )
-                raise error
+        if unstorable_pointer(arguments) is not None:
+            error = invalid_request(
+                "arguments must not contain NUL characters", [ErrorItem(path="", message="NUL character")]
+            )
+            # as on the JSON API: `request.refused`, never the tool's own event
+            raise await record_refusal(
+                call.registry,
+                call.caller,
+                error.about(tenant=None, ref=f"POST /mcp {tool.name}"),
+                event_type=REFUSED,
+                reason="invalid_request: NUL",
+                trace_id=call.trace_id,
+            )
+
+        async def step() -> ToolResult:
             try:
                 args: Any = msgspec.convert(arguments, tool.arguments)
             except msgspec.ValidationError as exc:
                 raise invalid_request(
                     f"the arguments do not fit {tool.name}'s input schema", [decode_error_item(exc, tool.arguments)]
                 ) from None
-        except ProblemError as error:
-            if tool.malformed_event is not None and call.caller is not None:
-                raise await refuse(
-                    call.registry,
-                    call.caller,
-                    error,
-                    event_type=tool.malformed_event,
-                    tenant=None,
-                    trace_id=call.trace_id,
-                ) from None
-            raise
-        result = await tool.run(call, args)
+            return await tool.run(call, args)
+
+        if tool.operation is not None:
+            door = RefusalSubject(ref=f"POST /mcp {tool.name}")
+            result = await run(call.registry, tool.operation, call.caller, step, trace_id=call.trace_id, door=door)
+        else:
+            result = await step()
     except ProblemError as error:
         return _tool_result(msgspec.to_builtins(problem_of(error, call.trace_id)), is_error=True)
     except asyncpg.DataError as exc:  # a value no check above caught: still the caller's own 400

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from litestar import Request, post
 
-from registry.core.problems import ProblemError, problem_responses
-from registry.core.refusals import refuse_request
+from registry.core.problems import problem_responses
+from registry.offers.operations import OFFERS
 from registry.offers.service import OfferAnswer, OfferRequest, make_offers
 from registry.state import registry_of, trace_id_of
-from registry.web.authentication import authenticate
-from registry.web.request_guard import body_schema, read_body
+from registry.web.operation_door import serve
+from registry.web.request_guard import body_schema
 
 
 @post(
@@ -26,14 +26,8 @@ from registry.web.request_guard import body_schema, read_body
     responses=problem_responses(400, 401, 403),
 )
 async def offers(request: Request) -> OfferAnswer:
-    caller = await authenticate(request, "registry:read")
-    registry = registry_of(request)
-    try:
-        body = await read_body(request, OfferRequest)
-        return await make_offers(registry, caller, body, trace_id=trace_id_of(request))
-    except ProblemError as error:
-        # Bad input is the caller's refusal, audited once (a refused ticket is not raised here).
-        raise await refuse_request(request, caller, error) from None
+    registry, trace_id = registry_of(request), trace_id_of(request)
+    return await serve(request, OFFERS, lambda caller, body: make_offers(registry, caller, body, trace_id=trace_id))
 
 
 ROUTES = [offers]

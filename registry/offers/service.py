@@ -17,26 +17,30 @@ Every request, cached or not, writes its `offer.made` events before the answer l
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
 import msgspec
 
-from auth.policy import CapabilityGate, Refusal, decide_release, release_profile
+from auth.policy import CapabilityGate, Refusal, decide_release, release_profile, serves_regions
 from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
-from db.audit_events import AuditEvent
+from db.agents import LiveInstance
 from registry.core.problems import ErrorItem, ProblemError, invalid_request, problem_of
 from registry.core.records import MAX_FILTER_VALUES, SIDE_EFFECT_ORDER, SKILL_ID_MAX_LENGTH, agent_ref, capability_ref
-from registry.core.response_cache import LEASES_MAX_AGE, CachedResponse, expiry
+from registry.core.response_cache import LEASES_MAX_AGE, CachedResponse, cache_key, decided_for, expiry
 from registry.core.tracing import current_request_id
 from registry.core.wire import Wire
 from registry.discovery import ranking
 from registry.discovery.service import REGION_MAX_LENGTH, public_capability, side_effect_rank
+from registry.operations.audit_events import caller_event
+from registry.operations.boundary import run
 from registry.state import Registry
-from registry.tickets import service as tickets
+from registry.tickets import request as ticket_requests
+from registry.tickets.operations import MINT
+from registry.tickets.service import request_ticket
 
 OFFER_MADE = "offer.made"
 MAX_LIMIT = 20
@@ -53,9 +57,9 @@ class OfferTicket(Wire, forbid_unknown_fields=True):
     """The ticket to mint for the first offer: POST /v1/tickets' body without audience, skill,
     version (the offer's) and parentTicket (an offer starts a chain)."""
 
-    scopes: tickets.RequestedScopes
-    resources: tickets.RequestedResources = []
-    on_behalf_of: tickets.OnBehalfOf | None = None
+    scopes: ticket_requests.RequestedScopes
+    resources: ticket_requests.RequestedResources = []
+    on_behalf_of: ticket_requests.OnBehalfOf | None = None
     ttl_seconds: int | None = None
     max_depth: int = 0
 
@@ -145,7 +149,7 @@ def parse_request(body: OfferRequest, *, max_ttl: int) -> int | None:
     if body.ticket is not None:
         # The checks POST /v1/tickets makes on the same fields (the target is not known yet).
         try:
-            tickets.check_request(
+            ticket_requests.check_request(
                 _ticket_request(body.ticket, "placeholder/agent", "placeholder", "1.0.0", max_ttl), max_ttl=max_ttl
             )
         except ProblemError as error:
@@ -154,8 +158,8 @@ def parse_request(body: OfferRequest, *, max_ttl: int) -> int | None:
     return rank
 
 
-def _ticket_body(ticket: OfferTicket, audience: str, skill: str, version: str) -> tickets.TicketRequestBody:
-    return tickets.TicketRequestBody(
+def _ticket_body(ticket: OfferTicket, audience: str, skill: str, version: str) -> ticket_requests.TicketRequestBody:
+    return ticket_requests.TicketRequestBody(
         audience=audience,
         skill=skill,
         version=version,
@@ -168,7 +172,7 @@ def _ticket_body(ticket: OfferTicket, audience: str, skill: str, version: str) -
 
 
 def _ticket_request(ticket: OfferTicket, audience: str, skill: str, version: str, max_ttl: int):
-    return tickets.ticket_request(_ticket_body(ticket, audience, skill, version), max_ttl=max_ttl)
+    return ticket_requests.ticket_request(_ticket_body(ticket, audience, skill, version), max_ttl=max_ttl)
 
 
 def exclusion(caller: Caller, gate: CapabilityGate, *, region: str | None, live: bool) -> str | None:
@@ -177,7 +181,7 @@ def exclusion(caller: Caller, gate: CapabilityGate, *, region: str | None, live:
     refusal: Refusal | None = decide_release(caller, gate, exact_version=False)
     if refusal is not None:
         return {"insufficient_scope": "scope", "data_location_denied": "region"}.get(refusal.code, "invisible")
-    if region is not None and gate.data_regions and region not in gate.data_regions:
+    if region is not None and not serves_regions(gate.data_regions, (region,)):
         return "region"
     if not live:
         return "unhealthy"
@@ -236,10 +240,10 @@ def static_order(candidate: Candidate) -> tuple:
     return (-candidate.score, SIDE_EFFECT_ORDER[candidate.side_effect])
 
 
-def offer_order(candidate: Candidate, instance: Any) -> tuple:
+def offer_order(candidate: Candidate, instance: LiveInstance) -> tuple:
     """Relevance first (ranked score, higher first), then lower side effect, lower instance load
     (none sent: as fully loaded), lower p99 latency (none declared: last), then ref."""
-    load = instance["load"]
+    load = instance.load
     return (
         *static_order(candidate),
         1.0 if load is None else load,
@@ -301,7 +305,7 @@ def decide_candidates(
 
 
 def why_of(candidate: Candidate, instance: Any) -> Why:
-    load = instance["load"]
+    load = instance.load
     latency = candidate.latency
     return Why(
         relevance=round(min(1.0, max(0.0, candidate.relevance)), 4),
@@ -330,12 +334,12 @@ def scores(whys: Sequence[Why]) -> list[float]:
 KEEP = 2 * MAX_LIMIT
 
 
-def _cache_key(caller: Caller, body: OfferRequest, rank: int | None) -> tuple:
+def _cache_key(kind: str, caller: Caller, body: OfferRequest, rank: int | None, *more: Hashable) -> tuple:
     """Everything the decided candidates depend on: the caller's release profile (all the decision
     reads of it), the need's words (all ranking reads of it), the filters and the region."""
     words = tuple(ranking.query_words(body.need)) if body.need else None
     tags = tuple(sorted(set(body.tags))) if body.tags else None
-    return ("offers", release_profile(caller), words, body.skill, tags, rank, body.region)
+    return cache_key(kind, decided_for(release_profile(caller)), words, body.skill, tags, rank, body.region, *more)
 
 
 async def _matches(registry: Registry, caller: Caller, body: OfferRequest, rank: int | None, now: datetime):
@@ -368,7 +372,7 @@ async def eligible(registry: Registry, caller: Caller, body: OfferRequest, rank:
     registry.core.response_cache (kept for one change sequence: a new version, a visibility, scope,
     region or status change, an agent coming alive all advance it; until the first version that
     becomes effective and the first lease that lapses among the candidates; 10 s at most)."""
-    key = _cache_key(caller, body, rank)
+    key = _cache_key("offers", caller, body, rank)
     entry = registry.release_cache.get(key, registry.watcher.cache_seq(), registry.clock.monotonic())
     if entry is not None:
         return entry.extra
@@ -423,9 +427,9 @@ async def _chosen(
     exclusion counts. Kept per process for the request's cache key and `limit` for at most
     LEASES_MAX_AGE (and never past a chosen instance's lease, nor a committed change): instances and
     loads are then as old as detail release's."""
-    key = (*_cache_key(caller, body, rank), body.limit)
+    key = _cache_key("offers-placed", caller, body, rank, body.limit)
     seq = registry.watcher.cache_seq()
-    entry = registry.release_cache.get(("placed", key), seq, registry.clock.monotonic())
+    entry = registry.release_cache.get(key, seq, registry.clock.monotonic())
     if entry is not None:
         return entry.extra.offers, Counter(entry.extra.excluded)
     decided = await eligible(registry, caller, body, rank)
@@ -438,10 +442,10 @@ async def _chosen(
         excluded = Counter(decided.excluded)
         chosen = await _placed(registry, decided, body.limit, excluded)
     if seq is not None:  # the instances were read after `seq` was known: at least that new
-        leases = [instance["expires_at"] for _, instance in chosen]
+        leases = [instance.expires_at for _, instance in chosen]
         expires = expiry(registry.clock.monotonic(), registry.clock.now(), leases, max_age=LEASES_MAX_AGE)
         registry.release_cache.put(
-            ("placed", key),
+            key,
             CachedResponse(body=b"", etag="", seq=seq, expires=expires, extra=_Chosen(chosen, dict(excluded))),
             registry.watcher.cache_seq(),
         )
@@ -466,10 +470,10 @@ async def make_offers(registry: Registry, caller: Caller, body: OfferRequest, *,
             score=score,
             why=why,
             instance=OfferInstance(
-                instance_id=instance["instance_id"],
-                url=instance["url"],
-                load=instance["load"],
-                expires_at=instance["expires_at"],
+                instance_id=instance.instance_id,
+                url=instance.url,
+                load=instance.load,
+                expires_at=instance.expires_at,
             ),
         )
         for (candidate, instance), why, score in zip(chosen, whys, scores(whys), strict=True)
@@ -477,15 +481,12 @@ async def make_offers(registry: Registry, caller: Caller, body: OfferRequest, *,
     # An offer releases an instance URL: audited before the answer leaves, like a detail release.
     await registry.writes.record(
         [
-            AuditEvent(
-                type=OFFER_MADE,
-                outcome="allowed",
+            caller_event(
+                caller,
+                OFFER_MADE,
                 tenant=candidate.tenant,
-                actor_tenant=caller.tenant,
-                actor=caller.sub,
-                actor_issuer=caller.issuer,
                 ref=offer.ref,
-                scopes=list(candidate.scopes),
+                scopes=candidate.scopes,
                 trace_id=trace_id,
                 request_id=current_request_id(),
             )
@@ -504,7 +505,13 @@ async def _with_ticket(
     the refusal (audited there as `ticket.denied`); the offer stands either way."""
     body = _ticket_body(ticket, offer.agent, offer.id, offer.version)
     try:
-        answer = await tickets.request_ticket(registry, caller, body, idempotency_key=None, trace_id=trace_id)
+        answer = await run(
+            registry,
+            MINT,
+            caller,
+            lambda: request_ticket(registry, caller, body, idempotency_key=None, trace_id=trace_id),
+            trace_id=trace_id,
+        )
     except ProblemError as error:
         return msgspec.structs.replace(offer, ticket_error=msgspec.to_builtins(problem_of(error, trace_id)))
     if answer.status == 202:

@@ -1,6 +1,8 @@
 """The server's periodic chores: pruning idempotency keys and approvals past CAPREG_RETENTION_DAYS
 and lapsed instance leases (the audit log is never pruned), and announcing versions whose effectiveAt has arrived in the
-change feed (docs/security.md). Every replica runs them; they are safe to run concurrently."""
+change feed (docs/security.md), re-deriving their skills' latest marker as it does (db.housekeeping.announce_effective):
+a version becomes latest at the first tick after its effectiveAt, ANNOUNCE_SECONDS at most while the server runs.
+Every replica runs them; they are safe to run concurrently."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from db import housekeeping as queries
 
 log = logging.getLogger("capreg.housekeeping")
 
+# Also the bound on how long a version whose effectiveAt has come waits to become latest (docs/api.md).
 ANNOUNCE_SECONDS = 1.0
 PRUNE_SECONDS = 600.0
 

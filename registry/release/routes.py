@@ -13,16 +13,17 @@ from typing import Annotated, Any, Literal
 from litestar import Request, get, post
 from litestar.params import PathParameter, QueryParameter
 
-from auth.principal import Caller
 from registry.agents.card_signing import jwks_url
 from registry.core.problems import problem_responses
 from registry.core.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PATTERN
 from registry.core.wire import Wire
 from registry.release import service as release
 from registry.release.arguments import Mode, ValidationReport, validate_arguments_bounded
+from registry.release.operations import DETAIL, EXTENDED_CARD
 from registry.release.service import CapabilityDetail, Released, detail_of, tool_definition
-from registry.state import Registry, registry_of, trace_id_of
+from registry.state import registry_of, trace_id_of
 from registry.web.authentication import authenticate
+from registry.web.operation_door import serve
 from registry.web.request_guard import body_schema, read_body
 
 TenantPath = Annotated[str, PathParameter(pattern=TENANT_PATTERN, description="tenant id")]
@@ -41,22 +42,16 @@ _VERSION_PATH = "/v1/agents/{tenant:str}/{agent_id:str}/skills/{skill_id:str}/ve
 _GATED = problem_responses(400, 401, 403, 404, 410)
 
 
-async def authenticated_release(
-    request: Request, tenant: str, agent_id: str, skill_id: str, version: str
-) -> tuple[Registry, Caller, Released]:
-    """Authenticate, then release through the service (registry.release.service)."""
-    registry = registry_of(request)
-    caller = await authenticate(request)
-    released = await release.release(
-        registry,
-        caller,
-        tenant=tenant,
-        agent_id=agent_id,
-        skill_id=skill_id,
-        version=version,
-        trace_id=trace_id_of(request),
+async def authenticated_release(request: Request, tenant: str, agent_id: str, skill_id: str, version: str) -> Released:
+    """Authenticate, then release through the service (registry.release.service), at the boundary."""
+    registry, trace_id = registry_of(request), trace_id_of(request)
+    return await serve(
+        request,
+        DETAIL,
+        lambda caller, _: release.release(
+            registry, caller, tenant=tenant, agent_id=agent_id, skill_id=skill_id, version=version, trace_id=trace_id
+        ),
     )
-    return registry, caller, released
 
 
 @get(
@@ -74,7 +69,7 @@ async def authenticated_release(
 async def get_capability_detail(
     request: Request, tenant: TenantPath, agent_id: AgentPath, skill_id: SkillPath, version: VersionPath
 ) -> CapabilityDetail:
-    _, _, released = await authenticated_release(request, tenant, agent_id, skill_id, version)
+    released = await authenticated_release(request, tenant, agent_id, skill_id, version)
     return detail_of(released)
 
 
@@ -96,17 +91,20 @@ async def get_extended_agent_card(request: Request, tenant: TenantPath, agent_id
 async def serve_extended_card(request: Request, tenant: str, agent_id: str) -> dict:
     """The one path to the extended card, for both A2A bindings (HTTP+JSON here, JSON-RPC in
     registry.a2a.routes): authenticate, then release through the service, audited there."""
-    registry = registry_of(request)
-    caller = await authenticate(request)
+    registry, trace_id = registry_of(request), trace_id_of(request)
     registry_url = registry.public_url()
-    return await release.extended_card(
-        registry,
-        caller,
-        tenant=tenant,
-        agent_id=agent_id,
-        base_url=f"{registry_url}/v1/agents/{tenant}/{agent_id}",
-        jku=jwks_url(registry_url),
-        trace_id=trace_id_of(request),
+    return await serve(
+        request,
+        EXTENDED_CARD,
+        lambda caller, _: release.extended_card(
+            registry,
+            caller,
+            tenant=tenant,
+            agent_id=agent_id,
+            base_url=f"{registry_url}/v1/agents/{tenant}/{agent_id}",
+            jku=jwks_url(registry_url),
+            trace_id=trace_id,
+        ),
     )
 
 
@@ -123,7 +121,7 @@ async def get_capability_tool(
     version: VersionPath,
     format: Annotated[Literal["openai", "mcp"], QueryParameter(description="openai or mcp")],  # noqa: A002
 ) -> dict:
-    _, _, released = await authenticated_release(request, tenant, agent_id, skill_id, version)
+    released = await authenticated_release(request, tenant, agent_id, skill_id, version)
     return tool_definition(released, format)
 
 
@@ -156,7 +154,7 @@ async def validate_capability_arguments(
 ) -> ValidationReport:
     await authenticate(request)  # 401 before the body is looked at
     data = await read_body(request, ValidateRequest)
-    _, _, released = await authenticated_release(request, tenant, agent_id, skill_id, version)
+    released = await authenticated_release(request, tenant, agent_id, skill_id, version)
     return await validate_arguments_bounded(released.cap.input_schema, data.arguments, data.mode)
 
 

@@ -9,8 +9,10 @@ The version choice, shapes and events below are pure functions over stored rows 
 `CapabilityVersion`s: no I/O and no clock (callers pass `now`); only `release` reads and writes.
 
 Decisions docs/api.md#version-selection and #release-audit record:
-- `latest` is the version discovery shows as latest: the first in force in auth.policy.LATEST_ORDER
-  (the newest in-force release, or the newest in-force pre-release while a skill has no release).
+- `latest` is the version discovery shows as latest: the one the latest marker names
+  (db.capabilities.is_latest; decided at write and by the housekeeping tick from auth.policy.IN_FORCE
+  and LATEST_ORDER: the newest in-force release, or the newest in-force pre-release while a skill has
+  no release).
   Ranges follow `registry.versions.semver` (npm semantics: pre-releases only when the range names
   one of the same core).
 - An exact version not yet effective (`effectiveAt` in the future) does not exist yet: 404.
@@ -31,7 +33,6 @@ import msgspec
 from auth.policy import (
     EFFECTIVE,
     IN_FORCE,
-    LATEST_ORDER,
     NOT_FOUND,
     NOT_FOUND_CODE,
     CapabilityGate,
@@ -44,14 +45,15 @@ from auth.policy import (
 from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
+from db.agents import LiveInstance
 from db.audit_events import AuditEvent
 from registry.agents.cards import CAPREG_EXTENSION_URI, extended_agent_card, mcp_tool, openai_tool, public_agent_card
-from registry.core.problems import ErrorItem, invalid_request, refused
+from registry.core.problems import ErrorItem, ProblemError, invalid_request, refused
 from registry.core.records import CapabilityVersion, JsonSchema, PublicCapability, agent_ref, capability_ref
-from registry.core.refusals import refuse
 from registry.core.tracing import current_request_id
 from registry.core.wire import Wire
 from registry.discovery.service import Publisher, capability_version, public_capability, publisher_of
+from registry.operations.audit_events import caller_event
 from registry.release.skill_records import Leases, leases, skill_record
 from registry.state import Registry
 from registry.versions.semver import InvalidRange, InvalidVersion, Version, parse_range, resolve
@@ -87,16 +89,16 @@ def choose_version(
     """The version `request` names among one skill's versions (each with its stored row), or None.
 
     An exact request may name a retired version (the policy answers 410 for it) or a candidate
-    (the policy lets only its own tenant have it), once effective; `latest` and ranges consider only
-    versions in force (auth.policy.EFFECTIVE and IN_FORCE, the rules the queries render, at `now`).
-    `latest` is the first of those in auth.policy.LATEST_ORDER, the order discovery's queries sort
-    by: the newest release, or while a skill has none in force its newest pre-release.
+    (the policy lets only its own tenant have it), once effective; ranges consider only versions in
+    force (auth.policy.EFFECTIVE and IN_FORCE, the rules the queries render, at `now`). `latest` is
+    the version the latest marker names (db.capabilities.is_latest), the one every discovery query
+    reads, not decided again here: the newest release, or while a skill has none in force its
+    newest pre-release, as of the last write or housekeeping tick.
     """
+    if request.text == LATEST:
+        return next(((cap, row) for cap, row in versions if capability_queries.is_latest(row)), None)
     rule = EFFECTIVE if request.exact else IN_FORCE
     candidates = [(cap, row) for cap, row in versions if rule.holds(row, now=now)]
-    if request.text == LATEST:
-        latest = LATEST_ORDER.first(row for _, row in candidates)
-        return next(((cap, row) for cap, row in candidates if row is latest), None)
     parsed = [(Version.parse(cap.version), cap, row) for cap, row in candidates]
     chosen = resolve(request.text, [v for v, _, _ in parsed])
     if chosen is None:
@@ -151,19 +153,19 @@ class CapabilityDetail(PublicCapability, kw_only=True):
     publisher: Publisher
 
 
-def endpoints(card: dict[str, Any], instances: Sequence[Any], instance_count: int) -> Endpoints:
+def endpoints(card: dict[str, Any], instances: Sequence[LiveInstance], instance_count: int) -> Endpoints:
     """`card` is the agent's stored A2A card; `instances` rows of live leases (already bounded,
-    db.agents.live_instances), `instance_count` how many are live in all."""
+    db.agents.lease_snapshot), `instance_count` how many are live in all."""
     return Endpoints(
         instance_count=instance_count,
         interfaces=msgspec.convert(card.get("supportedInterfaces", []), list[Interface]),
         instances=[
             Instance(
-                instance_id=row["instance_id"],
-                url=row["url"],
-                expires_at=row["expires_at"],
-                load=row["load"],
-                last_seen_at=row["last_seen_at"],
+                instance_id=row.instance_id,
+                url=row.url,
+                expires_at=row.expires_at,
+                load=row.load,
+                last_seen_at=row.last_seen_at,
             )
             for row in instances
         ],
@@ -224,15 +226,13 @@ def release_event(
 
     `scopes` are the capability's required scopes (what was checked), when it was resolved.
     """
-    return AuditEvent(
-        type=DENIED if refusal else RELEASED,
+    return caller_event(
+        caller,
+        DENIED if refusal else RELEASED,
         outcome="denied" if refusal else "allowed",
         tenant=tenant,
-        actor_tenant=caller.tenant,
-        actor=caller.sub,
-        actor_issuer=caller.issuer,
         ref=ref,
-        scopes=list(scopes),
+        scopes=scopes,
         reason=refusal.code if refusal else None,
         trace_id=trace_id,
         request_id=current_request_id(),
@@ -289,7 +289,8 @@ async def release(
     trace_id: str | None,
 ) -> Released:
     """Resolve `version` and run the checks in the documented order (README, "Detail release");
-    audit the outcome, then answer or raise the refusal.
+    audit a release, or raise the refusal about what was resolved (the operation DETAIL's boundary
+    records it).
 
     A malformed range is 400 before anything is looked up (it says nothing about any record).
     """
@@ -301,26 +302,17 @@ async def release(
         ) from None
     ref = capability_ref(tenant, agent_id, skill_id, version)  # as requested: nothing resolved yet
 
-    def denied(refusal: Refusal, *, ref: str, scopes: Sequence[str] = ()):
-        return refuse(
-            registry,
-            caller,
-            refused(refusal),
-            event_type=DENIED,
-            tenant=tenant,
-            ref=ref,
-            scopes=list(scopes),
-            trace_id=trace_id,
-        )
+    def denied(refusal: Refusal, *, ref: str, scopes: Sequence[str] = ()) -> ProblemError:
+        return refused(refusal).about(tenant=tenant, ref=ref, scopes=scopes)
 
     found = await resolve_version(registry, tenant, agent_id, skill_id, wanted)
     if found is None:
-        raise await denied(NOT_FOUND, ref=ref)
+        raise denied(NOT_FOUND, ref=ref)
     refusal = decide_release(caller, found.gate(), exact_version=wanted.exact)
     if refusal is not None and refusal.code == NOT_FOUND_CODE:  # nothing resolved may show, not even in the audit
-        raise await denied(refusal, ref=ref)
+        raise denied(refusal, ref=ref)
     if refusal is not None:
-        raise await denied(refusal, ref=found.cap.ref, scopes=found.cap.scopes)
+        raise denied(refusal, ref=found.cap.ref, scopes=found.cap.scopes)
     event = release_event(
         caller, tenant=tenant, ref=found.cap.ref, refusal=None, scopes=found.cap.scopes, trace_id=trace_id
     )
@@ -369,18 +361,8 @@ async def extended_card(
     if agent is None or not can_see(
         caller, tenant=agent["tenant"], visibility=agent["visibility"], shared_with=agent["shared_with"]
     ):
-        raise await refuse(
-            registry,
-            caller,
-            refused(not_found("agent")),
-            event_type=DENIED,
-            tenant=tenant,
-            ref=agent_ref(tenant, agent_id),
-            trace_id=trace_id,
-        )
-    rows = await capability_queries.latest_per_skill(
-        registry.pool, tenant, agent_id, now=registry.clock.now(), detail=True
-    )
+        raise refused(not_found("agent")).about(tenant=tenant, ref=agent_ref(tenant, agent_id))
+    rows = await capability_queries.latest_per_skill(registry.pool, tenant, agent_id, detail=True)
     passed, events = [], []
     for row in rows:
         cap = capability_version(row)

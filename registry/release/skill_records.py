@@ -15,8 +15,9 @@ import msgspec
 
 from db import agents as agent_queries
 from db import capabilities as capability_queries
+from db.agents import LiveInstance
 from registry.core.records import CapabilityVersion
-from registry.core.response_cache import DEFAULT_MAX_AGE, LEASES_MAX_AGE, CachedResponse, expiry
+from registry.core.response_cache import DEFAULT_MAX_AGE, EVERYONE, LEASES_MAX_AGE, CachedResponse, cache_key, expiry
 from registry.discovery.service import capability_version
 from registry.state import Registry
 
@@ -32,7 +33,7 @@ class Leases(msgspec.Struct, frozen=True):
     """An agent's lease-derived state: at most db.agents.MAX_LISTED_INSTANCES live instances, least
     loaded first, how many are live in all, and its health (db.agents.lease_snapshot)."""
 
-    instances: list[Any]
+    instances: list[LiveInstance]
     instance_count: int
     health: str
 
@@ -42,12 +43,12 @@ async def skill_record(registry: Registry, tenant: str, agent_id: str, skill_id:
     (registry.core.response_cache: visibility, scopes, regions and status changes all advance the change
     sequence, so a cached entry never outlives them), else from the database. Their lease-derived
     fields (health, live instances) are as of the read: `leases` has the current ones."""
-    key = (tenant, agent_id, skill_id)
+    key = cache_key("skill-record", EVERYONE, tenant, agent_id, skill_id)
     entry = registry.release_cache.get(key, registry.watcher.cache_seq(), registry.clock.monotonic())
     if entry is not None:
         return entry.extra
     now = registry.clock.now()
-    async with registry.pool.acquire() as conn:
+    async with registry.pool_waits.acquire() as conn:
         seq, next_effective = await capability_queries.snapshot_bounds(conn, now=now)
         agent = await agent_queries.get_agent(conn, tenant, agent_id)
         rows = await capability_queries.skill_versions(conn, tenant, agent_id, skill_id, detail=True) if agent else []
@@ -62,7 +63,7 @@ async def skill_record(registry: Registry, tenant: str, agent_id: str, skill_id:
 async def leases(registry: Registry, tenant: str, agent_id: str) -> Leases:
     """The agent's live instances and health, at most LEASES_MAX_AGE old (and never older than the
     last committed change: a health flip advances the change sequence)."""
-    key = ("leases", tenant, agent_id)
+    key = cache_key("leases", EVERYONE, tenant, agent_id)
     seq = registry.watcher.cache_seq()
     entry = registry.release_cache.get(key, seq, registry.clock.monotonic())
     if entry is not None:

@@ -22,7 +22,6 @@ latest marker, key and content filters) only narrow what the engine proposes; th
 from __future__ import annotations
 
 import copy
-import re
 import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -31,6 +30,7 @@ import msgspec
 import numpy as np
 import tantivy
 
+from registry.core.search_words import capability_words, words_of_id
 from registry.search.embeddings import Embedder
 
 # Texts embedded at a time while indexing.
@@ -67,8 +67,6 @@ FUZZY_WORDS_MAX = 4
 # The examples of a version that are indexed, and each one's characters (registration caps bound them too).
 EXAMPLES_MAX, EXAMPLE_CHARS_MAX = 16, 512
 
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-
 
 class Document(msgspec.Struct, frozen=True, kw_only=True):
     """What the engine knows of one capability version (db.search_index's rows)."""
@@ -96,7 +94,7 @@ class Document(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def meaning_text(self) -> str:
-        return " ".join([_words_of_id(self.skill_id), self.name, " ".join(self.tags), self.description])
+        return " ".join(capability_words(self.skill_id, self.name, self.tags, self.description))
 
 
 class Proposal(msgspec.Struct, frozen=True, kw_only=True):
@@ -157,11 +155,6 @@ def audiences(viewer: str | None, *, latest: bool) -> list[str]:
     """The audience terms of what `viewer` may be proposed (anonymous: public records only)."""
     prefix = "L" if latest else "A"
     return [f"{prefix}*"] + ([f"{prefix}t:{viewer}", f"{prefix}s:{viewer}"] if viewer is not None else [])
-
-
-def _words_of_id(identifier: str) -> str:
-    """`sendMessage`, `send_message` and `send-message` all say "send message"."""
-    return re.sub(r"[^\w]|_", " ", _CAMEL.sub(" ", identifier))
 
 
 def _analyzer() -> tantivy.TextAnalyzer:
@@ -356,13 +349,13 @@ class SearchIndex:
                 self._shared[slot] = d.shared_with
                 for viewer in d.shared_with:
                     self._shared_to.setdefault(viewer, set()).add(slot)
-            head = f"{_words_of_id(d.skill_id)} {d.name}"
+            head, tags, description = capability_words(d.skill_id, d.name, d.tags, d.description)
             doc = tantivy.Document(
-                all=f"{head} \n {' '.join(d.tags)} \n {d.description}",
+                all=f"{head} \n {tags} \n {description}",
                 name=head,
-                tags=" ".join(_words_of_id(t) for t in d.tags),
+                tags=" ".join(words_of_id(t) for t in d.tags),
                 examples=" \n ".join(e[:EXAMPLE_CHARS_MAX] for e in d.examples[:EXAMPLES_MAX]),
-                agent=f"{_words_of_id(d.agent_id)} {d.agent_name} {d.agent_description}",
+                agent=f"{words_of_id(d.agent_id)} {d.agent_name} {d.agent_description}",
                 agent_key=key,
                 tenant=d.tenant,
                 agent_id=d.agent_id,

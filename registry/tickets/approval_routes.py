@@ -13,15 +13,18 @@ from auth.tickets import ID_PATTERN
 from registry.core.problems import problem_responses
 from registry.state import registry_of, trace_id_of
 from registry.tickets import approvals
-from registry.tickets.service import ApprovalView
-from registry.web.authentication import authenticate
+from registry.tickets.approval_requests import ApprovalView
+from registry.tickets.operations import COLLECT, DECIDE
+from registry.web.operation_door import serve
 
 ApprovalPath = Annotated[str, PathParameter(pattern=ID_PATTERN, description="approval id")]
 
 
 async def _decide(request: Request, approval_id: str, verdict: approvals.Verdict) -> ApprovalView:
-    caller = await authenticate(request)
-    return await approvals.decide(registry_of(request), caller, approval_id, verdict, trace_id=trace_id_of(request))
+    registry, trace_id = registry_of(request), trace_id_of(request)
+    return await serve(
+        request, DECIDE, lambda caller, _: approvals.decide(registry, caller, approval_id, verdict, trace_id=trace_id)
+    )
 
 
 @post(
@@ -50,9 +53,10 @@ async def deny(request: Request, approval_id: ApprovalPath) -> ApprovalView:
     responses=problem_responses(401, 403, 404, 410),
 )
 async def get_approval(request: Request, approval_id: ApprovalPath) -> ApprovalView:
-    registry = registry_of(request)
-    caller = await authenticate(request)
-    return await approvals.read(registry, caller, approval_id, trace_id=trace_id_of(request))
+    registry, trace_id = registry_of(request), trace_id_of(request)
+    return await serve(
+        request, COLLECT, lambda caller, _: approvals.read(registry, caller, approval_id, trace_id=trace_id)
+    )
 
 
 ROUTES = [approve, deny, get_approval]

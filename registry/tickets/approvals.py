@@ -1,6 +1,6 @@
 """Approvals, the service (docs/api.md#approvals): deciding a pending ticket request (approve, deny),
 reading one, and collecting the approved ticket, which re-runs every ticket check and mints through
-registry.tickets.service. A pending approval is recorded by registry.tickets.service.request_approval; the SQL is
+registry.tickets.minting. A pending approval is recorded by registry.tickets.approval_requests; the SQL is
 db/approvals.py.
 """
 
@@ -13,21 +13,16 @@ import msgspec
 from auth.policy import NOT_FOUND_CODE, ApprovalParties, check_approval_decider, check_approval_reader
 from auth.principal import Caller
 from db import approvals as approval_queries
-from db.audit_events import AuditEvent
 from db.group_commit import WriteScope
 from registry.core.problems import refused
-from registry.core.refusals import REFUSED, refuse
 from registry.core.tracing import current_request_id
+from registry.operations.audit_events import caller_event
+from registry.operations.refusals import REFUSED
 from registry.state import Registry
-from registry.tickets.service import (
-    AlreadyCollected,
-    ApprovalView,
-    TicketRequestBody,
-    TicketResponse,
-    evaluate,
-    mint,
-    ticket_request,
-)
+from registry.tickets.approval_requests import ApprovalView
+from registry.tickets.evaluation import evaluate
+from registry.tickets.minting import AlreadyCollected, TicketResponse, mint
+from registry.tickets.request import TicketRequestBody, ticket_request
 
 Verdict = Literal["approved", "denied"]
 DECIDED = "approval.decided"
@@ -69,41 +64,35 @@ async def decide(
     registry: Registry, caller: Caller, approval_id: str, verdict: Verdict, *, trace_id: str | None
 ) -> ApprovalView:
     """Approve or deny a pending request (an admin of the capability's tenant, not the requester);
-    deciding again, or too late, changes nothing: the answer shows the approval as it stands."""
+    deciding again, or too late, changes nothing: the answer shows the approval as it stands. The
+    operation DECIDE: a refusal is raised for the boundary to record."""
     approval = await approval_queries.get_approval(registry.pool, approval_id)
     refusal = check_approval_decider(caller, parties_of(approval))
     if refusal is not None and refusal.code == NOT_FOUND_CODE:
         # Recorded for the caller's own tenant's auditors; the event names no approval it may not know of.
-        raise await refuse(registry, caller, refused(refusal), event_type=DECIDED, tenant=None, trace_id=trace_id)
+        raise refused(refusal).about(tenant=None)
     assert approval is not None  # a missing approval is the policy's not_found, refused above
     if refusal is not None:
-        raise await refuse(
-            registry,
-            caller,
-            refused(refusal),
-            event_type=DECIDED,
+        raise refused(refusal).about(
             tenant=approval["tenant"],
             ref=approval["ref"],
             scopes=sorted(set(approval["scopes"])),
             on_behalf_of=approval["on_behalf_of"],
-            trace_id=trace_id,
         )
     request_id = current_request_id()  # the write runs in the group-commit task
 
     async def write(scope: WriteScope) -> None:
         if await approval_queries.decide(scope.conn, approval_id, verdict, caller.principal):
             scope.audit(
-                AuditEvent(
-                    type=DECIDED,
+                caller_event(
+                    caller,
+                    DECIDED,
                     outcome="allowed" if verdict == "approved" else "denied",
                     tenant=approval["tenant"],
-                    actor_tenant=caller.tenant,
-                    actor=caller.sub,
-                    actor_issuer=caller.issuer,
                     request_id=request_id,
                     on_behalf_of=approval["on_behalf_of"],
                     ref=approval["ref"],
-                    scopes=list(approval["scopes"]),
+                    scopes=approval["scopes"],
                     # A denial by the approver, as opposed to a refused attempt to decide.
                     reason=None if verdict == "approved" else "approval_denied",
                     trace_id=trace_id,
@@ -121,7 +110,7 @@ async def read(registry: Registry, caller: Caller, approval_id: str, *, trace_id
     parties = parties_of(approval)
     refusal = check_approval_reader(caller, parties)
     if refusal is not None:  # 404 to anyone else: recorded for the caller's own tenant's auditors
-        raise await refuse(registry, caller, refused(refusal), event_type=REFUSED, tenant=None, trace_id=trace_id)
+        raise refused(refusal).about(tenant=None, event=REFUSED)
     assert approval is not None and parties is not None  # a missing approval is the policy's not_found
     if not parties.requested_by(caller) or approval["status"] != "approved":
         return approval_view(approval)

@@ -70,6 +70,7 @@ async def grant_listing(
         after=_grant_position(cursor, order) if cursor else None,
         limit=limit + 1,
         order=order,
+        now=registry.clock.now(),
     )
     return _grant_page(rows, limit, order)
 

@@ -1,6 +1,7 @@
 """HTTP: delegation tickets (mint, introspect, revoke, list) (docs/api.md#tickets, #ticket-claims).
 
-The service is registry.tickets.service, the rules auth.policy, the JWT auth.tickets; approvals are
+The service is registry.tickets.service (introspection and revocation: registry.tickets.introspection,
+registry.tickets.revocation), the rules auth.policy, the JWT auth.tickets; approvals are
 registry.tickets.approval_routes. Bodies are read after the caller is authenticated
 (registry.web.request_guard), so that every refusal of an authenticated caller, a malformed body
 included, is audited as `ticket.denied`; a request without a valid caller token is refused without
@@ -17,14 +18,20 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import HeaderParameter, PathParameter, QueryParameter
 
 from auth.tickets import ID_PATTERN
-from registry.core.problems import ProblemError, problem_responses
-from registry.core.refusals import refuse
+from registry.core.problems import problem_responses
 from registry.core.wire import Wire
+from registry.operations.boundary import run
 from registry.state import registry_of, trace_id_of
 from registry.tickets import service as tickets
+from registry.tickets.approval_requests import ApprovalView
 from registry.tickets.grants import GrantPage, grant_listing
-from registry.tickets.service import PRINTABLE, ApprovalView, TicketRequestBody, TicketResponse
+from registry.tickets.introspection import introspect as introspect_ticket
+from registry.tickets.minting import TicketResponse
+from registry.tickets.operations import LIST, MINT, REVOKE
+from registry.tickets.request import PRINTABLE, TicketRequestBody
+from registry.tickets.revocation import revoke
 from registry.web.authentication import authenticate
+from registry.web.operation_door import serve
 from registry.web.request_guard import body_schema, read_body
 
 JtiPath = Annotated[str, PathParameter(pattern=ID_PATTERN, description="ticket id (jti)")]
@@ -76,11 +83,12 @@ async def create_ticket(
     registry = registry_of(request)
     trace_id = trace_id_of(request)
     caller = await authenticate(request)
-    try:
+
+    async def step() -> tickets.TicketAnswer:
         body = await read_body(request, TicketRequestBody)
-    except ProblemError as error:
-        raise await refuse(registry, caller, error, event_type=tickets.DENIED, tenant=None, trace_id=trace_id) from None
-    answer = await tickets.request_ticket(registry, caller, body, idempotency_key=idempotency_key, trace_id=trace_id)
+        return await tickets.request_ticket(registry, caller, body, idempotency_key=idempotency_key, trace_id=trace_id)
+
+    answer = await run(registry, MINT, caller, step, trace_id=trace_id)
     # The body is a TicketResponse (or a pending approval) already as JSON builtins; the annotation
     # names the ticket, which litestar documents in OpenAPI.
     return Response(answer.body, status_code=answer.status)  # type: ignore[arg-type]
@@ -101,7 +109,7 @@ async def introspect(request: Request) -> dict[str, Any]:
     registry = registry_of(request)
     caller = await authenticate(request)
     body = await read_body(request, IntrospectionRequest)
-    return await tickets.introspect(registry, caller, body.ticket)
+    return await introspect_ticket(registry, caller, body.ticket)
 
 
 @post(
@@ -111,9 +119,8 @@ async def introspect(request: Request) -> dict[str, Any]:
     responses=problem_responses(401, 403, 404),
 )
 async def revoke_ticket(request: Request, jti: JtiPath) -> RevocationResponse:
-    registry = registry_of(request)
-    caller = await authenticate(request)
-    revoked = await tickets.revoke(registry, caller, jti, trace_id=trace_id_of(request))
+    registry, trace_id = registry_of(request), trace_id_of(request)
+    revoked = await serve(request, REVOKE, lambda caller, _: revoke(registry, caller, jti, trace_id=trace_id))
     return RevocationResponse(jti=jti, revoked=revoked)
 
 
@@ -140,17 +147,20 @@ async def list_tickets(
     cursor: Annotated[str | None, QueryParameter(max_length=512)] = None,
 ) -> GrantPage:
     registry = registry_of(request)
-    caller = await authenticate(request, "audit:read")
     # The grant report's listing: one definition of "active" for both.
-    return await grant_listing(
-        registry,
-        caller.tenant,
-        active=active,
-        actor=actor,
-        skill=skill,
-        scope=granted_scope,
-        limit=limit,
-        cursor=cursor,
+    return await serve(
+        request,
+        LIST,
+        lambda caller, _: grant_listing(
+            registry,
+            caller.tenant,
+            active=active,
+            actor=actor,
+            skill=skill,
+            scope=granted_scope,
+            limit=limit,
+            cursor=cursor,
+        ),
     )
 
 

@@ -13,10 +13,11 @@ from registry.core.records import AGENT_ID_PATTERN, SKILL_ID_PATTERN, TENANT_PAT
 from registry.state import registry_of, trace_id_of
 from registry.versions import replays
 from registry.versions.lifecycle import VersionKey
+from registry.versions.operations import REPLAY_LIST, REPLAY_SUBMIT
 from registry.versions.replay_judge import ReplayReport
 from registry.versions.replays import ReplayList, ReplayVerdict
-from registry.web.authentication import authenticate
-from registry.web.request_guard import body_schema, read_body
+from registry.web.operation_door import serve
+from registry.web.request_guard import body_schema
 
 TenantPath = Annotated[str, PathParameter(pattern=TENANT_PATTERN)]
 AgentPath = Annotated[str, PathParameter(pattern=AGENT_ID_PATTERN)]
@@ -46,11 +47,10 @@ async def submit_replay(
     skill_id: SkillPath,
     version: VersionPath,
 ) -> ReplayVerdict:
-    registry = registry_of(request)
-    caller = await authenticate(request)
-    data = await read_body(request, ReplayReport)
-    return await replays.submit(
-        registry, caller, VersionKey(tenant, agent_id, skill_id, version), data, trace_id=trace_id_of(request)
+    registry, trace_id = registry_of(request), trace_id_of(request)
+    key = VersionKey(tenant, agent_id, skill_id, version)
+    return await serve(
+        request, REPLAY_SUBMIT, lambda caller, data: replays.submit(registry, caller, key, data, trace_id=trace_id)
     )
 
 
@@ -66,10 +66,10 @@ async def list_replays(
     skill_id: SkillPath,
     version: VersionPath,
 ) -> ReplayList:
-    registry = registry_of(request)
-    caller = await authenticate(request)
-    return await replays.verdicts(
-        registry, caller, VersionKey(tenant, agent_id, skill_id, version), trace_id=trace_id_of(request)
+    registry, trace_id = registry_of(request), trace_id_of(request)
+    key = VersionKey(tenant, agent_id, skill_id, version)
+    return await serve(
+        request, REPLAY_LIST, lambda caller, _: replays.verdicts(registry, caller, key, trace_id=trace_id)
     )
 
 

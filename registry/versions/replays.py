@@ -8,7 +8,7 @@ db/replays.py.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 
@@ -17,15 +17,16 @@ from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
 from db import replays as replay_queries
-from db.audit_events import AuditEvent
 from db.group_commit import WriteScope
+from db.replays import StoredReplay
+from registry.core import error_codes as codes
 from registry.core.bounded_checks import bounded
 from registry.core.problems import ErrorItem, ProblemError, invalid_request, refused
 from registry.core.records import PublicCapability, capability_ref
-from registry.core.refusals import REFUSED, refuse
 from registry.core.tracing import current_request_id
 from registry.core.wire import Wire
 from registry.discovery.service import public_capability
+from registry.operations.audit_events import caller_event
 from registry.state import Registry
 from registry.versions.lifecycle import VersionKey
 from registry.versions.replay_judge import ReplayError, ReplayReport, judge_report
@@ -33,7 +34,6 @@ from registry.versions.semver import InvalidVersion, Version
 
 REPLAYED = "version.replayed"
 PUBLISHED = "version.published"
-REPLAY_FAILED = "replay_failed"
 # The verdicts GET .../replays answers, newest first.
 MAX_LISTED = 200
 
@@ -60,15 +60,14 @@ class ReplayList(Wire):
 
 def not_candidate(ref: str) -> ProblemError:
     return ProblemError(
-        409, "not_candidate", f"{ref} is not a candidate: only a candidate version is judged by a replay"
+        codes.NOT_CANDIDATE, f"{ref} is not a candidate: only a candidate version is judged by a replay"
     )
 
 
 def replay_failed(failures: list[ReplayError]) -> ProblemError:
     """`422 replay_failed`, one error per failing fixture."""
     return ProblemError(
-        422,
-        REPLAY_FAILED,
+        codes.REPLAY_FAILED,
         f"{len(failures)} of the baseline's fixtures failed; the version stays a candidate",
         errors=[ErrorItem(fixture=f.fixture, kind=f.kind, message=f.message) for f in failures],
     )
@@ -94,19 +93,19 @@ async def submit(
     ref = capability_ref(tenant, agent_id, skill_id, version)
     request_id = current_request_id()  # the write below runs in the group-commit task
 
-    def refusing(error: ProblemError):
-        return refuse(registry, caller, error, event_type=REPLAYED, tenant=tenant, ref=ref, trace_id=trace_id)
+    def refusing(error: ProblemError) -> ProblemError:
+        return error.about(tenant=tenant, ref=ref)
 
     refusal = check_attest(caller, tenant)
     if refusal is not None:
-        raise await refusing(refused(refusal))
+        raise refusing(refused(refusal))
     if (inexact := _exact(key)) is not None:
-        raise await refusing(inexact)
+        raise refusing(inexact)
     subject = await capability_queries.replay_subject(registry.pool, tenant, agent_id, skill_id, version)
     if subject is None:
-        raise await refusing(refused(NOT_FOUND))
+        raise refusing(refused(NOT_FOUND))
     if subject["status"] != "candidate":
-        raise await refusing(not_candidate(ref))
+        raise refusing(not_candidate(ref))
     problems, failures = await bounded(
         judge_report,
         list(subject["baseline_fixtures"] or []),
@@ -115,7 +114,7 @@ async def submit(
         what="judging the replay report",
     )
     if problems:
-        raise await refusing(invalid_request("the replay report cannot be judged", problems))
+        raise refusing(invalid_request("the replay report cannot be judged", problems))
 
     async def write(scope: WriteScope) -> None:
         # The agent's lock before the version's row: the order registration takes them in
@@ -142,15 +141,13 @@ async def submit(
             },
         )
         scope.audit(
-            AuditEvent(
-                type=REPLAYED,
+            caller_event(
+                caller,
+                REPLAYED,
                 outcome="denied" if failures else "allowed",
                 tenant=tenant,
-                actor_tenant=caller.tenant,
-                actor=caller.sub,
-                actor_issuer=caller.issuer,
                 ref=ref,
-                reason=REPLAY_FAILED if failures else None,
+                reason=codes.REPLAY_FAILED.code if failures else None,
                 trace_id=trace_id,
                 request_id=request_id,
             )
@@ -164,10 +161,10 @@ async def submit(
     try:
         await registry.writes.run(write)
     except ProblemError as error:
-        raise await refusing(error) from None
+        raise refusing(error) from None
     if failures:
         failed = replay_failed(failures)
-        failed.audited = True  # type: ignore[attr-defined]  # recorded with the verdict
+        failed.audited = True  # recorded with the verdict
         raise failed
     rows = await capability_queries.skill_versions(registry.pool, tenant, agent_id, skill_id)
     return ReplayVerdict(verdict="passed", version=public_capability(next(r for r in rows if r["version"] == version)))
@@ -177,29 +174,26 @@ async def verdicts(registry: Registry, caller: Caller, key: VersionKey, *, trace
     """The version's judged reports, newest first (at most MAX_LISTED); own tenant only."""
     ref = capability_ref(key.tenant, key.agent_id, key.skill_id, key.version)
 
-    def refusing(error: ProblemError):
-        return refuse(registry, caller, error, event_type=REFUSED, tenant=key.tenant, ref=ref, trace_id=trace_id)
+    def refusing(error: ProblemError) -> ProblemError:
+        return error.about(tenant=key.tenant, ref=ref)
 
     refusal = check_replay_listing(caller, key.tenant)
     if refusal is not None:
-        raise await refusing(refused(refusal))
+        raise refusing(refused(refusal))
     if (error := _exact(key)) is not None:
-        raise await refusing(error)
+        raise refusing(error)
     if (
         await capability_queries.version_status(registry.pool, key.tenant, key.agent_id, key.skill_id, key.version)
         is None
     ):
-        raise await refusing(refused(NOT_FOUND))
+        raise refusing(refused(NOT_FOUND))
     rows = await replay_queries.replays_of(
         registry.pool, key.tenant, key.agent_id, key.skill_id, key.version, limit=MAX_LISTED
     )
     return ReplayList(items=[_judged(row) for row in rows])
 
 
-def _judged(row: Any) -> JudgedReplay:
+def _judged(row: StoredReplay) -> JudgedReplay:
     return JudgedReplay(
-        at=row["at"],
-        actor=row["actor"],
-        verdict=row["verdict"],
-        errors=msgspec.convert(row["errors"], list[ReplayError]),
+        at=row.at, actor=row.actor, verdict=row.verdict, errors=msgspec.convert(row.errors, list[ReplayError])
     )

@@ -4,14 +4,11 @@ registry.versions.service: the verdict publishing would give)."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
-import msgspec
-from litestar import Request, post
+from litestar import Request, delete, post
 from litestar.params import PathParameter
 
-from registry.core.date_times import check_date_time
 from registry.core.problems import ErrorItem, problem_responses
 from registry.core.records import (
     AGENT_ID_PATTERN,
@@ -23,9 +20,11 @@ from registry.core.records import (
 from registry.core.wire import Wire
 from registry.state import registry_of, trace_id_of
 from registry.versions import lifecycle
-from registry.versions.lifecycle import VersionKey
+from registry.versions.lifecycle import VersionKey, Withdrawal
+from registry.versions.operations import DEPRECATE, RETIRE, WITHDRAW, Deprecation
 from registry.versions.service import compare_skills
 from registry.web.authentication import authenticate
+from registry.web.operation_door import serve
 from registry.web.request_guard import body_schema, read_body
 
 TenantPath = Annotated[str, PathParameter(pattern=TENANT_PATTERN)]
@@ -33,14 +32,6 @@ AgentPath = Annotated[str, PathParameter(pattern=AGENT_ID_PATTERN)]
 SkillPath = Annotated[str, PathParameter(pattern=SKILL_ID_PATTERN, max_length=128)]
 VersionPath = Annotated[str, PathParameter(max_length=128, description="an exact published version")]
 _VERSION_PATH = "/v1/agents/{tenant:str}/{agent_id:str}/skills/{skill_id:str}/versions/{version:str}"
-
-
-class Deprecation(Wire, forbid_unknown_fields=True):
-    sunset_at: datetime | None = None
-    message: Annotated[str, msgspec.Meta(max_length=1024)] | None = None
-
-    def __post_init__(self) -> None:
-        check_date_time("sunsetAt", self.sunset_at)
 
 
 class CompatibilityRequest(Wire):
@@ -68,16 +59,14 @@ async def deprecate(
     skill_id: SkillPath,
     version: VersionPath,
 ) -> PublicCapability:
-    registry = registry_of(request)
-    caller = await authenticate(request)
-    data = await read_body(request, Deprecation)
-    return await lifecycle.deprecate(
-        registry,
-        caller,
-        VersionKey(tenant, agent_id, skill_id, version),
-        sunset_at=data.sunset_at,
-        message=data.message,
-        trace_id=trace_id_of(request),
+    registry, trace_id = registry_of(request), trace_id_of(request)
+    key = VersionKey(tenant, agent_id, skill_id, version)
+    return await serve(
+        request,
+        DEPRECATE,
+        lambda caller, data: lifecycle.deprecate(
+            registry, caller, key, sunset_at=data.sunset_at, message=data.message, trace_id=trace_id
+        ),
     )
 
 
@@ -90,10 +79,26 @@ async def deprecate(
 async def retire(
     request: Request, tenant: TenantPath, agent_id: AgentPath, skill_id: SkillPath, version: VersionPath
 ) -> PublicCapability:
-    registry = registry_of(request)
-    caller = await authenticate(request)
-    return await lifecycle.retire(
-        registry, caller, VersionKey(tenant, agent_id, skill_id, version), trace_id=trace_id_of(request)
+    registry, trace_id = registry_of(request), trace_id_of(request)
+    key = VersionKey(tenant, agent_id, skill_id, version)
+    return await serve(request, RETIRE, lambda caller, _: lifecycle.retire(registry, caller, key, trace_id=trace_id))
+
+
+@delete(
+    "/v1/agents/{tenant:str}/{agent_id:str}",
+    status_code=200,
+    summary="Withdraw an agent: every version retired, its leases ended, the agent absent until registered again",
+    description=(
+        "Gone at once from discovery, ARD, cards, offers, detail release and new tickets; its tickets go inactive; "
+        "its versions and audit trail are kept. Withdrawing again changes nothing and answers the first `withdrawnAt`. "
+        "Registering the agent again restores it, with only the versions it publishes that are new."
+    ),
+    responses=problem_responses(401, 403, 404),
+)
+async def withdraw(request: Request, tenant: TenantPath, agent_id: AgentPath) -> Withdrawal:
+    registry, trace_id = registry_of(request), trace_id_of(request)
+    return await serve(
+        request, WITHDRAW, lambda caller, _: lifecycle.withdraw(registry, caller, tenant, agent_id, trace_id=trace_id)
     )
 
 
@@ -120,4 +125,4 @@ async def compatibility(request: Request) -> CompatibilityReport:
     )
 
 
-ROUTES = [deprecate, retire, compatibility]
+ROUTES = [deprecate, retire, withdraw, compatibility]

@@ -15,7 +15,7 @@ from auth.principal import Caller
 from auth.tokens import InvalidToken
 from registry.core.fair_share import serving
 from registry.core.problems import ProblemError, invalid_token, refused
-from registry.core.refusals import refuse_request
+from registry.operations.refusals import refuse_request
 from registry.state import Registry, registry_of
 
 # The scheme of an Authorization header (any case), then whitespace, then the token.

@@ -23,6 +23,7 @@ from collections.abc import Callable, Hashable, Sequence
 
 from litestar.types import ASGIApp, Receive, Scope, Send
 
+from registry.core import error_codes as codes
 from registry.core.problems import ProblemError, send_problem
 from registry.web.authentication import caller_of_header
 
@@ -138,8 +139,7 @@ def rate_limit_middleware(
                 scope,
                 send,
                 ProblemError(
-                    429,
-                    "rate_limited",
+                    codes.RATE_LIMITED,
                     f"too many requests from this client; retry after {retry_after} s",
                     headers={"Retry-After": retry_after},
                 ),

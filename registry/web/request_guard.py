@@ -24,8 +24,8 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 
 from db.unstorable import escaped, unstorable
 from registry.core.problems import ErrorItem, ProblemError, decode_error_item, invalid_request, send_problem
-from registry.core.refusals import refuse_request
 from registry.core.storable import unstorable_pointer
+from registry.operations.refusals import refuse_request
 from registry.web.authentication import optional_caller
 
 T = TypeVar("T")
@@ -53,7 +53,7 @@ async def refuse_unstorable(request: Request, path: str, message: str) -> Proble
     except ProblemError:
         caller = None
     error = await refuse_request(request, caller, error, reason=f"invalid_request: {escaped(path)}"[:512])
-    error.audited = True  # type: ignore[attr-defined]  # anonymous: nothing to record, nor later
+    error.audited = True  # anonymous: nothing to record, nor later
     return error
 
 

@@ -124,7 +124,15 @@ def test_legacy_fields_all_convert() -> None:
         "defaultInputModes": ["text/plain"],
         "defaultOutputModes": ["text/plain"],
         "skills": [
-            {"id": "a.b", "name": "A", "description": "d", "tags": ["t"], "version": "1.0.0", "sideEffect": "none"}
+            {
+                "id": "a.b",
+                "name": "A",
+                "description": "d",
+                "tags": ["t"],
+                "version": "1.0.0",
+                "sideEffect": "none",
+                "scopes": [],
+            }
         ],
     }
     reg = normalize_registration(msgspec.convert(body, AgentRegistration))

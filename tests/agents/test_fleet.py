@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 
+from registry.core.response_cache import EVERYONE, cache_key
 from tests.audit_support import ONE_ROW_PER_EVENT
 from tests.conftest import example
 
@@ -371,7 +372,12 @@ async def test_the_agent_view_is_cached_and_moves_with_writes(client, mint, tena
     reader = mint(tenant, "r", "registry:read")
     first = await client.get(f"/v1/agents/{tenant}/billing-agent", headers=reader)
     assert first.status_code == 200
-    assert registry.responses.get(("agent-view", tenant, "billing-agent"), registry.watcher.cache_seq(), 0) is not None
+    assert (
+        registry.responses.get(
+            cache_key("agent-view", EVERYONE, tenant, "billing-agent"), registry.watcher.cache_seq(), 0
+        )
+        is not None
+    )
     # Cached, but the visibility check runs on every request.
     assert (await client.get(f"/v1/agents/{tenant}/billing-agent")).status_code == 404
     assert (

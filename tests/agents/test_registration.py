@@ -241,3 +241,19 @@ async def test_body_nested_ten_thousand_deep_is_400_not_500(client, mint, tenant
     response = await client.put(f"/v1/agents/{tenant}/billing-agent", content=deep, headers=headers)
     assert response.status_code == 400 and response.json()["code"] == "invalid_request"
     assert await snapshot(db, tenant) == (0, 0, 0, 0)
+
+
+async def test_who_may_see_a_skills_detail_is_always_said(client, mint, tenant, db):
+    """No silent default: a skill without `scopes` is refused, saying how to open it to any token;
+    `"scopes": []` says so explicitly and is accepted."""
+    headers = mint(tenant, "billing-agent", "registry:publish")
+    body = copy.deepcopy(BILLING)
+    del body["skills"][0]["scopes"]
+    response = await client.put(f"/v1/agents/{tenant}/billing-agent", json=body, headers=headers)
+    assert response.status_code == 400, response.text
+    [error] = response.json()["errors"]
+    assert error["path"] == "/skills/0/scopes" and "[]" in error["message"], error
+    assert await snapshot(db, tenant) == (0, 0, 0, 0)
+    body["skills"][0]["scopes"] = []
+    response = await client.put(f"/v1/agents/{tenant}/billing-agent", json=body, headers=headers)
+    assert response.status_code == 201, response.text

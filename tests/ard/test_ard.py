@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import secrets
-from datetime import UTC, datetime
 from urllib.parse import quote
 
 import pytest
@@ -30,6 +29,7 @@ def skill(skill_id: str, *, words: str = "", tags=(), side_effect="none", region
         "version": "1.0.0",
         "inputSchema": {"type": "object"},
         "sideEffect": side_effect,
+        "scopes": [],
     }
     if regions is not None:
         body["dataRegions"] = list(regions)
@@ -708,7 +708,6 @@ async def test_list_pages_read_per_tenant_agree_with_the_whole_matched_set(clien
                     configured=configured,
                     after=None,
                     limit=100_000,
-                    now=datetime.now(UTC),
                 )
                 paged, after = [], None
                 while True:
@@ -719,7 +718,6 @@ async def test_list_pages_read_per_tenant_agree_with_the_whole_matched_set(clien
                         configured=configured,
                         after=after,
                         limit=7,
-                        now=datetime.now(UTC),
                     )
                     paged += rows
                     if len(rows) < 7:

@@ -8,16 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from db.ard import Query, publisher_sql
-from registry.ard.names import (
-    PublisherDomainError,
-    Publishers,
-    agent_urn,
-    default_domain,
-    parse_agent_urn,
-    parse_publisher_domains,
-)
+from registry.ard.names import Publishers, agent_urn, default_domain, parse_agent_urn
 from registry.ard.service import registry_identifier
 from registry.config import load_settings
+from registry.core.publisher_domains import PublisherDomainError, parse_publisher_domains
 
 tenants = st.from_regex(r"\A[a-z0-9][a-z0-9._-]{0,63}\Z")
 CONFIGURED = {"acme": "acme.example", "beta_co": "beta.example.org"}

@@ -35,7 +35,7 @@ async def _append(conn, tenants: list[str], per_chain: int = 1) -> None:
 
 
 async def _heads(conn) -> list[tuple[str, int, str]]:
-    return [(r["chain"], r["chain_seq"], r["hash"]) for r in await audit_queries.chain_heads(conn)]
+    return [(r.chain, r.chain_seq, r.hash) for r in await audit_queries.chain_heads(conn)]
 
 
 @pytest.fixture
@@ -94,7 +94,7 @@ async def test_a_break_in_any_moved_chain_refuses_the_checkpoint_and_names_it(lo
     with pytest.raises(ChainBroken) as refused:
         await make_checkpoint(log, keyring, "capreg", at=datetime.now(UTC), tree=tree)
     assert refused.value.breach.chain == "t006" and refused.value.breach.chain_seq == 2 + per_chain
-    assert (await checkpoint_queries.latest_checkpoint(log))["root"] == first.root  # nothing signed
+    assert (await checkpoint_queries.latest_checkpoint(log)).root == first.root  # nothing signed
     # The signed head itself rewritten: the chain no longer extends the last checkpoint.
     await _tamper(log, "UPDATE audit_events SET hash = repeat('e', 64) WHERE chain = 't004' AND chain_seq = 2")
     await _tamper(log, f"UPDATE audit_events SET actor = NULL WHERE chain = 't006' AND chain_seq = {2 + per_chain}")

@@ -961,7 +961,8 @@ def test_a_parent_stands_only_while_active(revoked: bool, status: str, expired: 
 
 
 def test_every_refusal_code_has_one_status_and_insufficient_scope_its_challenge() -> None:
-    from registry.core.problems import REFUSAL_STATUS, refused
+    from registry.core.error_codes import TABLE
+    from registry.core.problems import refused
 
     refusals = [
         check_publish(caller("acme"), "acme"),
@@ -974,7 +975,11 @@ def test_every_refusal_code_has_one_status_and_insufficient_scope_its_challenge(
     ]
     for refusal in refusals:
         error = refused(refusal)
-        assert (error.status, error.code, error.detail) == (REFUSAL_STATUS[refusal.code], refusal.code, refusal.message)
+        assert (error.status, error.code, error.detail) == (
+            TABLE.of(refusal.code).status,
+            refusal.code,
+            refusal.message,
+        )
         if refusal.code == "insufficient_scope":
             scope = " ".join(refusal.missing_scopes)
             assert error.headers["WWW-Authenticate"] == f'Bearer error="insufficient_scope", scope="{scope}"'

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from auth import predicates as p
 from auth.policy import EFFECTIVE, IN_FORCE, LATEST_ORDER, NOT_WITHDRAWN, VISIBLE, can_see
 from auth.principal import Caller
-from db.capabilities import CLOCK_SKEW_MARGIN, in_force, latest_marks, refresh_latest, visible_agents_filter
 from db.capabilities import LATEST_ORDER as LATEST_ORDER_SQL
+from db.capabilities import in_force, is_latest, latest_in_force, refresh_latest, visible_agents_filter
 from registry.versions.semver import Version
 
 TENANTS = ("t1", "t2", "t3")
@@ -175,19 +175,13 @@ async def test_latest_order_is_decided_alike_by_sql_and_python(db):
                 assert pair["before"] is (position[pair["a"]] < position[pair["b"]]), (versions, pair)
 
 
-async def test_latest_marks_are_what_refresh_latest_writes(db):
-    """db.capabilities.latest_marks (the marker new versions are inserted with) against
-    refresh_latest's own SQL, over random versions of two skills: statuses, effective moments on
-    both sides of the clock-skew margin, pre-releases and builds. A disagreement costs only a second
-    write of the row (the refresh stays the authority), but then every new version pays it."""
-    settled = NOW - CLOCK_SKEW_MARGIN
-    moments = (
-        None,
-        settled - timedelta(days=1),
-        settled,
-        settled + timedelta(microseconds=1),
-        NOW + timedelta(hours=1),
-    )
+async def test_the_latest_marker_is_what_the_policy_names(db):
+    """db.capabilities.refresh_latest (the one place "latest" is decided) against auth.policy, over
+    random versions of two skills: statuses, effective moments on both sides of `now`, pre-releases
+    and builds. The rows it marks are, per skill, the first version in LATEST_ORDER of those
+    IN_FORCE at `now`, and nothing else; and the readers' condition on the marker
+    (latest_in_force in SQL, is_latest in Python) names the same rows."""
+    moments = (None, NOW - timedelta(days=1), NOW, NOW + timedelta(microseconds=1), NOW + timedelta(hours=1))
     version = st.tuples(st.sampled_from(["s1", "s2"]), _VERSIONS, st.sampled_from(STATUSES), st.sampled_from(moments))
     cases = _drawn(st.lists(version, min_size=1, max_size=8, unique_by=lambda v: (v[0], v[1])), 200)
     async with db.acquire() as conn, conn.transaction():
@@ -196,7 +190,7 @@ async def test_latest_marks_are_what_refresh_latest_writes(db):
         await conn.execute(
             "CREATE TEMP TABLE capability_versions (tenant text, agent_id text, skill_id text, version text,"
             ' version_key text COLLATE "C", prerelease boolean, status text, effective_at timestamptz,'
-            " latest boolean NOT NULL DEFAULT false, latest_until timestamptz) ON COMMIT DROP"
+            " latest boolean NOT NULL DEFAULT false) ON COMMIT DROP"
         )
         for versions in cases:
             rows = [
@@ -218,9 +212,14 @@ async def test_latest_marks_are_what_refresh_latest_writes(db):
                 [tuple(r.values()) for r in rows],
             )
             await refresh_latest(conn, [("t1", "a1", "s1"), ("t1", "a1", "s2")], now=NOW, agents_locked=True)
-            stored = {
-                (r["skill_id"], r["version"]): (r["latest"], r["latest_until"])
-                for r in await conn.fetch("SELECT skill_id, version, latest, latest_until FROM capability_versions")
-            }
-            marks = latest_marks(rows, now=NOW)
-            assert {(r["skill_id"], r["version"]): m for r, m in zip(rows, marks, strict=True)} == stored, versions
+            stored = await conn.fetch(
+                f"SELECT c.*, {latest_in_force('c')} AS read_as_latest FROM capability_versions c"
+            )
+            expected = set()
+            for skill in ("s1", "s2"):
+                first = LATEST_ORDER.first(r for r in rows if r["skill_id"] == skill and IN_FORCE.holds(r, now=NOW))
+                if first is not None:
+                    expected.add((skill, first["version"]))
+            assert {(r["skill_id"], r["version"]) for r in stored if r["latest"]} == expected, versions
+            assert {(r["skill_id"], r["version"]) for r in stored if r["read_as_latest"]} == expected, versions
+            assert {(r["skill_id"], r["version"]) for r in stored if is_latest(r)} == expected, versions

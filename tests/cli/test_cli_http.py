@@ -230,3 +230,21 @@ def test_offers_table_and_json(live_server, mint, tenant, tmp_path):
     assert answer["offers"][0]["instance"]["url"] == "https://billing.example/i-7" and answer["excluded"]["scope"] == 1
     bad = capreg(router, "offers", check=False)
     assert bad.returncode != 0 and "invalid_request" in (bad.stdout + bad.stderr)
+
+
+def test_withdraw_says_what_it_did_and_again_that_nothing_changed(live_server, mint, tenant):
+    publisher = _env(live_server, mint, tenant, "publisher", "registry:publish")
+    capreg(
+        publisher, "register", str(EXAMPLES / "billing-agent.json"), "--tenant", tenant, "--agent-id", "billing-agent"
+    )
+    admin = _env(live_server, mint, tenant, "admin", "registry:admin")
+    first = capreg(admin, "withdraw", f"{tenant}/billing-agent")
+    assert first.stdout.splitlines() == [
+        f"withdrew {tenant}/billing-agent: retired 2 version(s), ended 0 lease(s)",
+        f"  {tenant}/billing-agent/invoice.lookup@2.0.0",
+        f"  {tenant}/billing-agent/invoice.mark-paid@1.1.0",
+    ]
+    again = json.loads(capreg(admin, "withdraw", f"{tenant}/billing-agent", "--json").stdout)
+    assert again["retired"] == [] and again["agentId"] == "billing-agent"
+    router = _env(live_server, mint, tenant, "router", "registry:read")
+    assert f"{tenant}/billing-agent" not in capreg(router, "discover", "--tenant", tenant).stdout

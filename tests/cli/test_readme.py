@@ -13,19 +13,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import asyncpg
 import httpx
-import pytest
-import pytest_asyncio
 
-from tests.conftest import ROOT, _with_database, capreg, server_home, start_server, stop_server
+from tests.conftest import ROOT, capreg, scratch_checkout
+from tests.docs_support import code_blocks, plain_comments, shown_outputs, unmatched_outputs
 
 # The README sections whose blocks make up the walkthrough, in README order. (Set-up installs the
 # package, which the test run already did; Performance runs the benchmark; the SQL needs a superuser
@@ -33,6 +29,7 @@ from tests.conftest import ROOT, _with_database, capreg, server_home, start_serv
 WALKTHROUGH_SECTIONS = (
     "Five-minute walkthrough",
     "Liveness and fleets",
+    "A router's one call: offers",
     "Use it from Python",
     "Versions and lifecycle",
     "Detail release",
@@ -40,21 +37,12 @@ WALKTHROUGH_SECTIONS = (
     "Connect an MCP client",
     "Audit",
 )
-_BLOCK = re.compile(r"^```(sh|python)\n(.*?)^```$", re.M | re.S)
-_SECTION = re.compile(r"^## (.+)$", re.M)
 MARK = "@@@ README block "
 
 
 def readme_blocks() -> list[tuple[str, str, str]]:
     """(section, language, text) of every sh and python block in the walkthrough sections."""
-    text = (ROOT / "README.md").read_text()
-    heads = [(m.start(), m.group(1).strip()) for m in _SECTION.finditer(text)]
-    blocks = []
-    for match in _BLOCK.finditer(text):
-        section = next((name for start, name in reversed(heads) if start < match.start()), "")
-        if section in WALKTHROUGH_SECTIONS:
-            blocks.append((section, match.group(1), match.group(2)))
-    return blocks
+    return code_blocks(ROOT / "README.md", WALKTHROUGH_SECTIONS, ("sh", "python"))
 
 
 def walkthrough_script(blocks: list[tuple[str, str, str]], port: int) -> str:
@@ -92,44 +80,6 @@ def json_lines(output: str) -> list:
     return found
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def fresh_database(server_url):
-    """A database of its own: the walkthrough starts from nothing, as on a fresh machine."""
-    name = "capreg_readme_" + secrets.token_hex(4)
-    admin = await asyncpg.connect(server_url)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    await admin.close()
-    if "host=/" in server_url or "?host=" in server_url:
-        base, _, query = server_url.partition("?")
-        url = _with_database(base, name) + "?" + query
-    else:
-        url = _with_database(server_url, name)
-    yield url
-    admin = await asyncpg.connect(server_url)
-    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    await admin.close()
-
-
-@pytest.fixture
-def fresh_server(fresh_database):
-    home = server_home()
-    process, base, env = start_server(home, fresh_database)
-    try:
-        yield base, env, home
-    finally:
-        stop_server(process)
-        shutil.rmtree(home, ignore_errors=True)
-
-
-def scratch_checkout(tmp_path: Path) -> Path:
-    work = tmp_path / "checkout"
-    work.mkdir()
-    for name in ("tests", "examples", ".venv"):
-        if (ROOT / name).exists():
-            (work / name).symlink_to(ROOT / name)
-    return work
-
-
 def test_readme_walkthrough_runs_as_pasted(fresh_server, tmp_path):
     base, env, home = fresh_server
     port = int(base.rsplit(":", 1)[1])
@@ -155,6 +105,18 @@ def test_readme_walkthrough_runs_as_pasted(fresh_server, tmp_path):
     )
     assert result.returncode == 0, report
     assert "Traceback" not in result.stderr and "command not found" not in result.stderr, report
+
+    # Every output the README shows is what its block printed.
+    wrong = {
+        f"block {i} ({blocks[i][0]})": missing
+        for i, out in enumerate(outputs)
+        if (
+            missing := unmatched_outputs(
+                shown_outputs(blocks[i][2].replace("127.0.0.1:8080", f"127.0.0.1:{port}")), out
+            )
+        )
+    }
+    assert not wrong, f"shown but not printed: {wrong}\n{report}"
 
     def output_of(marker: str) -> str:
         [index] = [i for i, (_, _, text) in enumerate(blocks) if marker in text]
@@ -206,6 +168,21 @@ def test_readme_walkthrough_runs_as_pasted(fresh_server, tmp_path):
     audit = output_of("capreg audit verify")
     assert "audit chain intact" in audit and re.search(r"signed checkpoints? for seq [0-9, ]+ verif", audit), report
     assert (home / "checkpoint.json").exists() and not list(tmp_path.glob("checkout/*.json")), report
+
+
+def test_every_output_the_walkthrough_shows_is_compared():
+    """An answer shown as a plain comment (`# {"a": ...}`, `print(x)  # 1`) would never be checked:
+    the walkthrough shows outputs only as `# -> ` lines, and shows some in most blocks."""
+    blocks = readme_blocks()
+    for section, language, text in blocks:
+        for line in plain_comments(text):
+            assert not line[1:].strip().startswith(("{", "[")), (
+                f"{section}: {line!r} shows an answer that is not compared"
+            )
+        for line in text.splitlines():
+            if language == "python":
+                assert not re.search(r"print\(.*\)\s+#", line), f"{section}: {line!r} shows an answer inline"
+    assert sum(bool(shown_outputs(text)) for _, _, text in blocks) >= len(blocks) // 2
 
 
 def output_of_text(blocks, marker: str) -> str:

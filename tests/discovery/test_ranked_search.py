@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from registry.discovery import ranking
+from tests.housekeeping_support import tick_now
 from tests.search_support import CORPUS, agent, count_query_work, publish, skill
 
 
@@ -206,10 +207,11 @@ def test_relevance_is_in_unit_interval_and_follows_the_order(s1, s2):
     assert ranking.relevance(ranking.MAX_SCORE) == 1.0
 
 
-async def test_latest_marker_follows_the_clock_and_lifecycle(client, mint, tenant, clock):
-    """Ranked `q` reads the latest version through a maintained marker (db.capabilities.latest_in_force):
-    a version whose effectiveAt arrives becomes the latest with no write, and retiring it brings the
-    one before back; the answer always equals the one without `q` (the same rule)."""
+async def test_latest_marker_follows_the_clock_and_lifecycle(client, mint, db, tenant, clock):
+    """Ranked `q` reads the latest version through the marker (db.capabilities.latest_in_force): a
+    version whose effectiveAt arrives becomes the latest at the housekeeping tick, with no write, and
+    retiring it brings the one before back; the answer always equals the one without `q` (the same
+    marker)."""
     from datetime import timedelta
 
     first = skill("widget.make", "Make widget", "makes a widget")
@@ -236,8 +238,10 @@ async def test_latest_marker_follows_the_clock_and_lifecycle(client, mint, tenan
 
     assert await versions(q="widget") == await versions() == ["1.0.0"]
     clock.advance(1.7)
+    await tick_now(db, clock)
     assert await versions(q="widget") == await versions() == ["1.1.0"]
     clock.advance(1.5)
+    await tick_now(db, clock)
     assert await versions(q="widget") == await versions() == ["1.2.0"]
     admin = mint(tenant, "admin", "registry:admin")
     base = f"/v1/agents/{tenant}/maker/skills/widget.make/versions"

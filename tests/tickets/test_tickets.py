@@ -13,6 +13,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from db.tickets import ActiveTicketChecks
+from registry.core.clock import SteppedClock
 from tests.conftest import count_rows, retire_versions
 from tests.ticket_support import (
     events_of,
@@ -690,7 +691,7 @@ async def test_concurrent_introspections_each_get_their_own_answer(client, mint,
 
 @pytest.mark.timeout(10)
 async def test_a_stopped_check_queue_refuses_rather_than_hangs():
-    checks = ActiveTicketChecks(pool=None)  # type: ignore[arg-type]  # never reaches a database
+    checks = ActiveTicketChecks(pool=None, now=SteppedClock().now)  # type: ignore[arg-type]  # never reaches a database
     checks.start()
     await checks.stop()
     with pytest.raises(ConnectionError):

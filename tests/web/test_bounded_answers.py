@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from auth.keys import Keyring, new_key
+from auth.keys import Keyring, SigningKey, new_key
 from auth.policy import TicketGrant
 from auth.tickets import MAX_TICKET_LENGTH, CapClaim, encoded_ticket_length, new_jti, sign_ticket, ticket_claims
 from db import housekeeping as housekeeping_queries
@@ -77,7 +77,7 @@ async def test_lists_at_their_cap_are_accepted(client, mint, tenant):
 )
 def test_the_planned_length_is_the_signed_length(resources, scopes, sub, parent):
     kid, pem, jwk = new_key()
-    keyring = Keyring([{"kid": kid, "private_pem": pem, "public_jwk": jwk, "current": True}])
+    keyring = Keyring([SigningKey(kid, pem, jwk, current=True)])
     grant = TicketGrant(
         sub=sub,
         aud="t/a",

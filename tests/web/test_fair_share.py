@@ -37,6 +37,7 @@ def _card(schema: dict) -> dict:
                 "description": "d",
                 "version": "1.0.0",
                 "sideEffect": "none",
+                "scopes": [],
                 "inputSchema": schema,
             }
         ],

@@ -75,6 +75,7 @@ def _skill(input_schema: dict, *, version: str = "1.0.0", skill_id: str = "hosti
         "description": "A skill whose schema is hostile.",
         "version": version,
         "sideEffect": "none",
+        "scopes": [],
         "inputSchema": input_schema,
         "outputSchema": {"type": "object"},
     }
