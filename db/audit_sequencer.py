@@ -70,8 +70,11 @@ class AuditSequencer:
     async def _run(self) -> None:
         timeout = self.poll_seconds
         while True:
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for drops a cancellation that comes in
+            # the round its wait ends, and stop() would then wait forever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
             self._wake.clear()
             self.rounds += 1
             timeout = self.poll_seconds

@@ -96,5 +96,6 @@ class ChangeWatcher:
 
     async def wait(self, timeout: float) -> None:
         """Return after the next change or `timeout` seconds, whichever comes first."""
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), timeout)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):  # not wait_for: it may drop a cancellation (db.audit_sequencer)
+                await self._changed.wait()

@@ -104,7 +104,8 @@ class ReadAdmission:
             raise shed()
         self.waiting += 1
         try:
-            await asyncio.wait_for(self._free.acquire(), self.wait)
+            async with asyncio.timeout(self.wait):  # not wait_for: it may drop a cancellation (db.audit_sequencer)
+                await self._free.acquire()
         except TimeoutError:
             self.shed += 1
             raise shed() from None

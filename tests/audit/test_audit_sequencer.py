@@ -135,3 +135,20 @@ async def test_a_stalled_step_holding_the_turn_is_ended_and_the_others_go_on(own
             await step
         with contextlib.suppress(BaseException):
             await pool.release(stalled)
+
+
+@pytest.mark.timeout(30)
+async def test_a_stop_that_meets_a_wake_up_still_stops(own_pool):
+    """stop() cancelling the task in the very round a wake-up ends its wait: asyncio.wait_for of
+    Python 3.11 returns the finished wait and drops the cancellation, so the sequencer ran on and
+    stop() never returned (found as a group-commit test whose teardown timed out in CI)."""
+    _, pool = own_pool
+    sequencer = AuditSequencer(pool, poll_seconds=3600)
+    sequencer.start()
+    for _ in range(20):
+        await asyncio.sleep(0)  # it waits for a wake-up now
+        sequencer.stored()  # ... which ends its wait in the same round as the cancellation
+        await asyncio.wait_for(sequencer.stop(), timeout=10)
+        assert sequencer._task is None
+        sequencer.start()
+    await sequencer.stop()
