@@ -13,6 +13,7 @@ import asyncpg
 import msgspec
 
 from db.audit_events import GENESIS_HASH, REGISTRY_CHAIN, AuditEvent, AuditRecord, entry_hash, event_chains
+from db.rows import typed_rows
 
 AUDIT_COLUMNS = (
     "seq, at, tenant, actor_tenant, type, actor, on_behalf_of, ref, scopes, outcome, reason, trace_id, prev_hash, hash, "
@@ -500,11 +501,19 @@ async def tenant_events(
     return [_record(row) for row in rows]
 
 
+class HourOutcomes(msgspec.Struct, frozen=True, gc=False):
+    """How many events of one outcome in one UTC hour (`tenant_hourly_outcomes`)."""
+
+    hour: datetime
+    outcome: str
+    n: int
+
+
 async def tenant_hourly_outcomes(
     conn: asyncpg.Connection | asyncpg.Pool, tenant: str, where: EventFilter
-) -> list[asyncpg.Record]:
-    """Counts of the events a tenant's auditors see, per UTC hour and outcome (rows: hour, outcome,
-    n), in hour order. The caller bounds the time range (`where.since` and `where.until`)."""
+) -> list[HourOutcomes]:
+    """Counts of the events a tenant's auditors see, per UTC hour and outcome, in hour order. The
+    caller bounds the time range (`where.since` and `where.until`)."""
     params: list[object] = [tenant]
 
     def bind(value: object) -> str:
@@ -512,7 +521,7 @@ async def tenant_hourly_outcomes(
         return f"${len(params)}"
 
     condition = " AND ".join(["(chain IS NULL OR chain = $1)", *_filter_conditions(where, bind)])
-    return await conn.fetch(
+    rows = await conn.fetch(
         f"""SELECT date_trunc('hour', at, 'UTC') AS hour, outcome, count(*) AS n FROM (
                 (SELECT at, outcome FROM audit_events WHERE tenant = $1 AND {condition})
                 UNION ALL
@@ -521,6 +530,7 @@ async def tenant_hourly_outcomes(
             ) visible GROUP BY 1, 2 ORDER BY 1, 2""",
         *params,
     )
+    return typed_rows(HourOutcomes, rows)
 
 
 async def hash_at(conn: asyncpg.Connection | asyncpg.Pool, seq: int) -> str | None:

@@ -4,16 +4,38 @@ queries on tickets, migration 0002, joined with capability_versions)."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import asyncpg
+import msgspec
 
+from db.rows import typed_rows
 from db.tickets import active as active_at
 
 GRANT_COLUMNS = (
     "t.jti, t.parent_jti, t.ref, t.audience, t.actor, t.on_behalf_of, t.scopes, t.resources, t.depth, "
     "t.max_depth, t.issued_at, t.expires_at, t.act"
 )
+
+
+class GrantRow(msgspec.Struct, frozen=True, gc=False):
+    """A ticket as the grant report shows it (GRANT_COLUMNS, in order), with whether it is active."""
+
+    jti: str
+    parent_jti: str | None
+    ref: str
+    audience: str
+    actor: str
+    on_behalf_of: str | None
+    scopes: list[str]
+    resources: list[str]
+    depth: int
+    max_depth: int
+    issued_at: datetime
+    expires_at: datetime
+    act: dict[str, Any]
+    active: bool
+
 
 _ORDER_KEYS = {"issued": "t.issued_at", "expiry": "t.expires_at"}
 
@@ -30,7 +52,7 @@ async def tenant_grants(
     limit: int = 100,
     order: Literal["issued", "expiry"] = "issued",
     now: datetime,
-) -> list[asyncpg.Record]:
+) -> list[GrantRow]:
     """One page, in (issued_at, jti) order (`order="expiry"`: (expires_at, jti), soonest first), of
     tickets whose capability tenant or minting caller's tenant is `viewer_tenant`, each with `active`.
 
@@ -56,7 +78,7 @@ async def tenant_grants(
     key = _ORDER_KEYS[order]
     if after is not None:
         filters.append(f"({key}, t.jti) > ({bind(after[0])}, {bind(after[1])})")
-    return await conn.fetch(
+    rows = await conn.fetch(
         f"""SELECT {GRANT_COLUMNS}, {is_active} AS active
               FROM tickets t
               JOIN capability_versions cv ON cv.tenant = t.tenant AND cv.agent_id = t.agent_id
@@ -66,3 +88,4 @@ async def tenant_grants(
              LIMIT {bind(limit)}""",
         *params,
     )
+    return typed_rows(GrantRow, rows)

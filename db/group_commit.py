@@ -39,6 +39,7 @@ from db.audit_events import AuditEvent, event_chains
 from db.audit_sequencer import AuditSequencer
 from db.batching import BatchQueue
 from db.changes import record_changes
+from db.inserts import insert_statement
 from db.pool import PoolWaits
 
 log = logging.getLogger("capreg.db")
@@ -215,8 +216,7 @@ class GroupCommit(BatchQueue[Queued]):
                 events += scope.events
                 changes += scope.changes
             for (table, columns), rows in inserts.items():
-                placeholders = ", ".join(f"${n}" for n in range(1, len(columns) + 1))
-                await conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({placeholders})", rows)
+                await conn.executemany(insert_statement(table, columns), rows)
             # The change feed's head, last; the events go to the queue, which no other writer waits on.
             await record_changes(conn, changes)
             await enqueue_events(conn, events)

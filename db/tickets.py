@@ -10,14 +10,72 @@ from datetime import datetime
 from typing import Any
 
 import asyncpg
+import msgspec
 
 from db.batching import BatchQueue
+from db.inserts import insert_statement
+from db.rows import typed_row, typed_rows
 
 TICKET_COLUMNS = (
     "t.jti, t.parent_jti, t.root_jti, t.tenant, t.agent_id, t.skill_id, t.version, t.ref, t.audience, t.actor, "
     "t.actor_tenant, t.on_behalf_of, t.scopes, t.resources, t.depth, t.max_depth, t.issued_at, t.expires_at, "
     "t.revoked_at, t.act, t.kid"
 )
+
+
+class TicketRow(msgspec.Struct, frozen=True, gc=False):
+    """A minted ticket as stored (TICKET_COLUMNS, in order)."""
+
+    jti: str
+    parent_jti: str | None
+    root_jti: str
+    tenant: str
+    agent_id: str
+    skill_id: str
+    version: str
+    ref: str
+    audience: str
+    actor: str
+    actor_tenant: str
+    on_behalf_of: str | None
+    scopes: list[str]
+    resources: list[str]
+    depth: int
+    max_depth: int
+    issued_at: datetime
+    expires_at: datetime
+    revoked_at: datetime | None
+    act: dict[str, Any]
+    kid: str
+
+
+class TicketState(TicketRow, frozen=True, gc=False):
+    """A ticket with whether it is active at the app's now, and why it may not be (`ticket_state`)."""
+
+    capability_status: str
+    active: bool
+    chain_revoked: bool
+
+
+class RevokedTicket(msgspec.Struct, frozen=True, gc=False):
+    """A ticket `revoke_tree` has just revoked: what its `ticket.revoked` event names."""
+
+    jti: str
+    tenant: str
+    actor: str
+    actor_tenant: str
+    on_behalf_of: str | None
+    ref: str
+    scopes: list[str]
+    depth: int
+
+
+class StoredAnswer(msgspec.Struct, frozen=True, gc=False):
+    """The answer recorded for an Idempotency-Key (`status_code` None while its request runs)."""
+
+    body_hash: str
+    status_code: int | None
+    response: dict[str, Any] | None
 
 
 def active(now: str) -> str:
@@ -46,13 +104,11 @@ _WITH_VERSION = """JOIN capability_versions cv ON cv.tenant = t.tenant AND cv.ag
 
 
 async def insert_ticket(conn: asyncpg.Connection, row: dict[str, Any]) -> None:
-    columns = list(row)
-    placeholders = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
-    await conn.execute(f"INSERT INTO tickets ({', '.join(columns)}) VALUES ({placeholders})", *row.values())
+    await conn.execute(insert_statement("tickets", row), *row.values())
 
 
-async def get_ticket(conn: asyncpg.Connection | asyncpg.Pool, jti: str) -> asyncpg.Record | None:
-    return await conn.fetchrow(f"SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.jti = $1", jti)
+async def get_ticket(conn: asyncpg.Connection | asyncpg.Pool, jti: str) -> TicketRow | None:
+    return typed_row(TicketRow, await conn.fetchrow(f"SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.jti = $1", jti))
 
 
 # ticket_state's statement ($1 the jti, $2 the app's now).
@@ -68,10 +124,10 @@ TICKET_STATE_SQL = f"""WITH RECURSIVE chain AS (
      WHERE t.jti = $1"""
 
 
-async def ticket_state(conn: asyncpg.Connection | asyncpg.Pool, jti: str, *, now: datetime) -> asyncpg.Record | None:
+async def ticket_state(conn: asyncpg.Connection | asyncpg.Pool, jti: str, *, now: datetime) -> TicketState | None:
     """A ticket's row with `active` (`active`, at the app's `now`), and why it may not be:
     `chain_revoked` (it or any ancestor revoked) and `capability_status`."""
-    return await conn.fetchrow(TICKET_STATE_SQL, jti, now)
+    return typed_row(TicketState, await conn.fetchrow(TICKET_STATE_SQL, jti, now))
 
 
 async def active_tickets(conn: asyncpg.Connection | asyncpg.Pool, jtis: list[str], *, now: datetime) -> set[str]:
@@ -122,9 +178,10 @@ async def lock_tree(conn: asyncpg.Connection, root_jti: str) -> None:
     await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"ticket-tree:{root_jti}")
 
 
-async def revoke_tree(conn: asyncpg.Connection, jti: str) -> list[asyncpg.Record]:
-    """Revoke a ticket and all its descendants; the rows newly revoked (already revoked ones are skipped)."""
-    return await conn.fetch(
+async def revoke_tree(conn: asyncpg.Connection, jti: str) -> list[RevokedTicket]:
+    """Revoke a ticket and all its descendants; the rows newly revoked (already revoked ones are
+    skipped), parents first."""
+    rows = await conn.fetch(
         """WITH RECURSIVE tree AS (
                SELECT jti FROM tickets WHERE jti = $1
                UNION ALL
@@ -135,6 +192,7 @@ async def revoke_tree(conn: asyncpg.Connection, jti: str) -> list[asyncpg.Record
         RETURNING jti, tenant, actor, actor_tenant, on_behalf_of, ref, scopes, depth""",
         jti,
     )
+    return sorted(typed_rows(RevokedTicket, rows), key=lambda row: (row.depth, row.jti))
 
 
 # ---------------------------------------------------------------------------
@@ -161,14 +219,15 @@ async def claim_idempotency_key(conn: asyncpg.Connection, principal: str, key: s
     return bool(claimed)
 
 
-async def stored_response(conn: asyncpg.Connection | asyncpg.Pool, principal: str, key: str) -> asyncpg.Record | None:
+async def stored_response(conn: asyncpg.Connection | asyncpg.Pool, principal: str, key: str) -> StoredAnswer | None:
     """The live (under 24 hours old) answer recorded for (principal, key)."""
-    return await conn.fetchrow(
+    row = await conn.fetchrow(
         """SELECT body_hash, status_code, response FROM ticket_idempotency
             WHERE principal = $1 AND idem_key = $2 AND created_at > now() - interval '24 hours'""",
         principal,
         key,
     )
+    return typed_row(StoredAnswer, row)
 
 
 async def store_response(

@@ -96,7 +96,7 @@ async def hourly_outcomes(registry: Registry, tenant: str, query: EventQuery) ->
     where = _event_filter(query, start, end)
     await audit_queries.chain_stored(registry.pool)
     rows = await audit_queries.tenant_hourly_outcomes(registry.pool, tenant, where)
-    counts = {(row["hour"], row["outcome"]): row["n"] for row in rows}
+    counts = {(row.hour, row.outcome): row.n for row in rows}
     hours = []
     hour = start
     while hour < end:

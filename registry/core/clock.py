@@ -9,14 +9,14 @@ Which clock each rule reads, written down once:
   db.capabilities.refresh_latest; readers read the marker, no clock), deprecation and retirement
   times, cache lifetimes (verified tokens included), ticket issue and expiry times and their
   verification, ticket activity wherever it is judged (db.tickets.active: introspection's batched
-  check, re-delegation's parent, the grant listing; one clock with the ticket's `exp`), checkpoint
-  times, the housekeeping tick;
+  check, re-delegation's parent, the grant listing; one clock with the ticket's `exp`), an approval
+  request's creation, expiry and decision times and its expiry wherever it is judged (reading,
+  deciding, collecting: db.approvals), checkpoint times, the housekeeping tick;
 - the system's clock, inside PyJWT (which takes no clock): a caller token's `exp`, `nbf` and `iat`,
   with 5 s of leeway;
 - the database's clock (`now()` in SQL): heartbeat leases (written and read there, so a lease's
-  length never depends on the skew between app hosts; one rule, db.agents.lease_live), an approval
-  request's expiry when it is decided or read (db.approvals; its `expires_at` is set from the app's
-  clock), and bookkeeping columns (`stored_at`, `created_at`, a revocation's `revoked_at`,
+  length never depends on the skew between app hosts; one rule, db.agents.lease_live), and
+  bookkeeping columns (`stored_at`, `created_at`, a revocation's `revoked_at`,
   Idempotency-Key windows).
 A registry whose hosts are in sync (NTP) sees no difference; a test that moves time moves only the
 first list.

@@ -72,6 +72,7 @@ async def request_approval(
                 "on_behalf_of": grant.on_behalf_of,
                 "scopes": list(grant.scopes),
                 "request": stored,
+                "created_at": datetime.fromtimestamp(plan.now, UTC),
                 "expires_at": datetime.fromtimestamp(plan.now, UTC) + timedelta(seconds=registry.settings.approval_ttl),
             },
         )

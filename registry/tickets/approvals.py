@@ -13,6 +13,7 @@ import msgspec
 from auth.policy import NOT_FOUND_CODE, ApprovalParties, check_approval_decider, check_approval_reader
 from auth.principal import Caller
 from db import approvals as approval_queries
+from db.approvals import ApprovalRow
 from db.group_commit import WriteScope
 from registry.core.problems import refused
 from registry.core.tracing import current_request_id
@@ -34,30 +35,36 @@ def approval_request_view(stored: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in stored.items() if k != "parentTicket"}
 
 
-def approval_view(approval, ticket: TicketResponse | None = None) -> ApprovalView:
+def approval_view(approval: ApprovalRow | None, ticket: TicketResponse | None = None) -> ApprovalView:
+    assert approval is not None  # approvals are never deleted: one read before exists after
     return ApprovalView(
-        approval_id=approval["approval_id"],
-        status=approval["status"],
-        request=approval_request_view(approval["request"]),
+        approval_id=approval.approval_id,
+        status=approval.status,
+        request=approval_request_view(approval.request),
         ticket=ticket,
     )
 
 
-def stored_ticket_request(approval) -> tuple[TicketRequestBody, str | None]:
+def stored_ticket_request(approval: ApprovalRow) -> tuple[TicketRequestBody, str | None]:
     """The body of an approved request, pinned to the version that was approved, and its parent ticket."""
-    stored = {k: v for k, v in approval["request"].items() if k != "parent"}
+    stored = {k: v for k, v in approval.request.items() if k != "parent"}
     body = msgspec.convert(stored, TicketRequestBody)
-    return msgspec.structs.replace(body, version=approval["version"]), body.parent_ticket
+    return msgspec.structs.replace(body, version=approval.version), body.parent_ticket
 
 
-def parties_of(approval) -> ApprovalParties | None:
+def parties_of(approval: ApprovalRow | None) -> ApprovalParties | None:
     return (
         None
         if approval is None
         else ApprovalParties(
-            requester=approval["requester"], tenant=approval["tenant"], requester_issuer=approval["requester_issuer"]
+            requester=approval.requester, tenant=approval.tenant, requester_issuer=approval.requester_issuer
         )
     )
+
+
+async def _approval(registry: Registry, approval_id: str) -> ApprovalRow | None:
+    """The approval as it stands now, on the app's clock (db.approvals)."""
+    return await approval_queries.get_approval(registry.pool, approval_id, now=registry.clock.now())
 
 
 async def decide(
@@ -66,7 +73,7 @@ async def decide(
     """Approve or deny a pending request (an admin of the capability's tenant, not the requester);
     deciding again, or too late, changes nothing: the answer shows the approval as it stands. The
     operation DECIDE: a refusal is raised for the boundary to record."""
-    approval = await approval_queries.get_approval(registry.pool, approval_id)
+    approval = await _approval(registry, approval_id)
     refusal = check_approval_decider(caller, parties_of(approval))
     if refusal is not None and refusal.code == NOT_FOUND_CODE:
         # Recorded for the caller's own tenant's auditors; the event names no approval it may not know of.
@@ -74,25 +81,25 @@ async def decide(
     assert approval is not None  # a missing approval is the policy's not_found, refused above
     if refusal is not None:
         raise refused(refusal).about(
-            tenant=approval["tenant"],
-            ref=approval["ref"],
-            scopes=sorted(set(approval["scopes"])),
-            on_behalf_of=approval["on_behalf_of"],
+            tenant=approval.tenant,
+            ref=approval.ref,
+            scopes=sorted(set(approval.scopes)),
+            on_behalf_of=approval.on_behalf_of,
         )
     request_id = current_request_id()  # the write runs in the group-commit task
 
     async def write(scope: WriteScope) -> None:
-        if await approval_queries.decide(scope.conn, approval_id, verdict, caller.principal):
+        if await approval_queries.decide(scope.conn, approval_id, verdict, caller.principal, now=registry.clock.now()):
             scope.audit(
                 caller_event(
                     caller,
                     DECIDED,
                     outcome="allowed" if verdict == "approved" else "denied",
-                    tenant=approval["tenant"],
+                    tenant=approval.tenant,
                     request_id=request_id,
-                    on_behalf_of=approval["on_behalf_of"],
-                    ref=approval["ref"],
-                    scopes=approval["scopes"],
+                    on_behalf_of=approval.on_behalf_of,
+                    ref=approval.ref,
+                    scopes=approval.scopes,
                     # A denial by the approver, as opposed to a refused attempt to decide.
                     reason=None if verdict == "approved" else "approval_denied",
                     trace_id=trace_id,
@@ -100,19 +107,19 @@ async def decide(
             )
 
     await registry.writes.run(write)
-    return approval_view(await approval_queries.get_approval(registry.pool, approval_id))
+    return approval_view(await _approval(registry, approval_id))
 
 
 async def read(registry: Registry, caller: Caller, approval_id: str, *, trace_id: str | None) -> ApprovalView:
     """An approval as its requester or an admin of the capability's tenant sees it; the requester's
     first read after approval collects the ticket."""
-    approval = await approval_queries.get_approval(registry.pool, approval_id)
+    approval = await _approval(registry, approval_id)
     parties = parties_of(approval)
     refusal = check_approval_reader(caller, parties)
     if refusal is not None:  # 404 to anyone else: recorded for the caller's own tenant's auditors
         raise refused(refusal).about(tenant=None, event=REFUSED)
     assert approval is not None and parties is not None  # a missing approval is the policy's not_found
-    if not parties.requested_by(caller) or approval["status"] != "approved":
+    if not parties.requested_by(caller) or approval.status != "approved":
         return approval_view(approval)
     # Collect: the ticket is minted now, for the version that was approved, with every check re-run
     # (the parent may have been revoked, the version retired, the requester's scopes changed).
@@ -122,5 +129,5 @@ async def read(registry: Registry, caller: Caller, approval_id: str, *, trace_id
     try:
         ticket = await mint(registry, plan, trace_id=trace_id, approval_id=approval_id)
     except AlreadyCollected:
-        return approval_view(await approval_queries.get_approval(registry.pool, approval_id))
-    return approval_view(await approval_queries.get_approval(registry.pool, approval_id), ticket)
+        return approval_view(await _approval(registry, approval_id))
+    return approval_view(await _approval(registry, approval_id), ticket)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal
 
 from auth.tickets import ID_PATTERN
 from db import grants as grant_queries
+from db.grants import GrantRow
 from registry.core.cursors import decode_cursor, encode_cursor
 from registry.core.problems import ErrorItem, invalid_request
 from registry.core.wire import Wire
@@ -75,25 +76,25 @@ async def grant_listing(
     return _grant_page(rows, limit, order)
 
 
-def _grant_page(rows, limit: int, order: GrantOrder = "issued") -> GrantPage:
+def _grant_page(rows: list[GrantRow], limit: int, order: GrantOrder = "issued") -> GrantPage:
     """A page from up to `limit + 1` rows of db.grants.tenant_grants in `order` (the extra one says
     there is more)."""
     items = [
         Grant(
-            jti=row["jti"],
-            actor=row["actor"],
-            on_behalf_of=row["on_behalf_of"],
-            audience=row["audience"],
-            ref=row["ref"],
-            scopes=list(row["scopes"]),
-            resources=list(row["resources"]),
-            issued_at=row["issued_at"],
-            expires_at=row["expires_at"],
-            depth=row["depth"],
-            max_depth=row["max_depth"],
-            parent=row["parent_jti"],
-            act=row["act"],
-            active=row["active"],
+            jti=row.jti,
+            actor=row.actor,
+            on_behalf_of=row.on_behalf_of,
+            audience=row.audience,
+            ref=row.ref,
+            scopes=list(row.scopes),
+            resources=list(row.resources),
+            issued_at=row.issued_at,
+            expires_at=row.expires_at,
+            depth=row.depth,
+            max_depth=row.max_depth,
+            parent=row.parent_jti,
+            act=row.act,
+            active=row.active,
         )
         for row in rows[:limit]
     ]

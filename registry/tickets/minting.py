@@ -145,7 +145,9 @@ async def mint(
             assert plan.root_jti is not None
             await lock_standing_parent(conn, grant.parent, plan.root_jti, now=registry.clock.now())
         await ticket_queries.insert_ticket(conn, row)
-        if approval_id is not None and not await approval_queries.collect(conn, approval_id, jti):
+        if approval_id is not None and not await approval_queries.collect(
+            conn, approval_id, jti, now=registry.clock.now()
+        ):
             raise AlreadyCollected
         scope.audit(event)
 

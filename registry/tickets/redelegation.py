@@ -50,13 +50,13 @@ async def redelegated_grant(
     if state is None:
         raise refused(PARENT_UNKNOWN)
     # onBehalfOf is taken from the stored parent, not inferred from `sub` (see auth.tickets).
-    parent = msgspec.structs.replace(ParentTicket.from_claims(claims.as_dict()), on_behalf_of=state["on_behalf_of"])
+    parent = msgspec.structs.replace(ParentTicket.from_claims(claims.as_dict()), on_behalf_of=state.on_behalf_of)
     refusal = check_redelegation(caller, req, parent, target_scopes, now=now) or check_parent_standing(
-        active=state["active"], chain_revoked=state["chain_revoked"], capability_status=state["capability_status"]
+        active=state.active, chain_revoked=state.chain_revoked, capability_status=state.capability_status
     )
     if refusal is not None:
         raise refused(refusal)
-    return child_ticket_grant(caller, req, parent, now=now), state["root_jti"]
+    return child_ticket_grant(caller, req, parent, now=now), state.root_jti
 
 
 async def lock_standing_parent(conn: asyncpg.Connection, parent_jti: str, root_jti: str, *, now: datetime) -> None:
@@ -69,9 +69,9 @@ async def lock_standing_parent(conn: asyncpg.Connection, parent_jti: str, root_j
         PARENT_UNKNOWN
         if state is None
         else check_parent_standing(
-            active=state["active"],
-            chain_revoked=state["chain_revoked"],
-            capability_status=state["capability_status"],
+            active=state.active,
+            chain_revoked=state.chain_revoked,
+            capability_status=state.capability_status,
         )
     )
     if refusal is not None:

@@ -28,7 +28,7 @@ async def revoke(registry: Registry, caller: Caller, jti: str, *, trace_id: str 
     parties = (
         None
         if ticket is None
-        else TicketParties(tenant=ticket["tenant"], actor=ticket["actor"], actor_tenant=ticket["actor_tenant"])
+        else TicketParties(tenant=ticket.tenant, actor=ticket.actor, actor_tenant=ticket.actor_tenant)
     )
     refusal = check_revoke(caller, parties)
     if refusal is not None and refusal.code == NOT_FOUND_CODE:
@@ -37,29 +37,28 @@ async def revoke(registry: Registry, caller: Caller, jti: str, *, trace_id: str 
     assert ticket is not None  # a missing ticket is the policy's not_found, refused above
     if refusal is not None:
         raise refused(refusal).about(
-            tenant=ticket["tenant"],
-            ref=ticket["ref"],
-            scopes=sorted(set(ticket["scopes"])),
-            on_behalf_of=ticket["on_behalf_of"],
+            tenant=ticket.tenant,
+            ref=ticket.ref,
+            scopes=sorted(set(ticket.scopes)),
+            on_behalf_of=ticket.on_behalf_of,
         )
     request_id = current_request_id()  # the write runs in the group-commit task
 
-    async def write(scope: WriteScope) -> list:
-        await ticket_queries.lock_tree(scope.conn, ticket["root_jti"])
+    async def write(scope: WriteScope) -> list[ticket_queries.RevokedTicket]:
+        await ticket_queries.lock_tree(scope.conn, ticket.root_jti)
         revoked = await ticket_queries.revoke_tree(scope.conn, jti)
-        revoked.sort(key=lambda row: (row["depth"], row["jti"]))
         scope.audit(
             *(
                 caller_event(
                     caller,
                     REVOKED,
-                    tenant=row["tenant"],
+                    tenant=row.tenant,
                     request_id=request_id,
-                    on_behalf_of=row["on_behalf_of"],
-                    ref=row["ref"],
-                    scopes=row["scopes"],
+                    on_behalf_of=row.on_behalf_of,
+                    ref=row.ref,
+                    scopes=row.scopes,
                     # Descendants are revoked because their ancestor was.
-                    reason=None if row["jti"] == jti else "ancestor_revoked",
+                    reason=None if row.jti == jti else "ancestor_revoked",
                     trace_id=trace_id,
                 )
                 for row in revoked
@@ -68,4 +67,4 @@ async def revoke(registry: Registry, caller: Caller, jti: str, *, trace_id: str 
         return revoked
 
     revoked = await registry.writes.run(write)
-    return [row["jti"] for row in revoked]
+    return [row.jti for row in revoked]

@@ -41,11 +41,11 @@ class TicketAnswer(msgspec.Struct, frozen=True):
 async def _replay(registry: Registry, idempotency: Idempotency) -> TicketAnswer | None:
     """The recorded answer for an Idempotency-Key (200 for a ticket), 409 for another body, None if unseen."""
     row = await ticket_queries.stored_response(registry.pool, idempotency.principal, idempotency.key)
-    if row is None or row["status_code"] is None:
+    if row is None or row.status_code is None or row.response is None:
         return None
-    if row["body_hash"] != idempotency.body_hash:
+    if row.body_hash != idempotency.body_hash:
         raise ProblemError(codes.IDEMPOTENCY_MISMATCH, "this Idempotency-Key was used with another request body")
-    return TicketAnswer(status=200 if row["status_code"] == 201 else row["status_code"], body=row["response"])
+    return TicketAnswer(status=200 if row.status_code == 201 else row.status_code, body=row.response)
 
 
 async def request_ticket(
