@@ -13,6 +13,7 @@ from auth.policy import LATEST_ORDER as LATEST_ORDER_RULE
 from auth.policy import NOT_WITHDRAWN as NOT_WITHDRAWN_RULE
 from auth.policy import VISIBLE
 from db.agents import HAS_LIVE_INSTANCE, HEALTH_SQL, LEASE_UNTIL_SQL, LIVE_INSTANCES_SQL, lock_agent
+from db.inserts import insert_statement
 
 PUBLIC_COLUMNS = (
     "c.tenant, c.agent_id, c.skill_id, c.version, c.version_key, c.prerelease, c.name, c.description, c.tags, "
@@ -140,14 +141,17 @@ async def insert_versions(conn: asyncpg.Connection, rows: list[dict[str, Any]], 
     trip, under that agent's registration lock (db.agents.lock_agent, the caller's), then refresh
     their skills' latest marker at `now`: rows go in unmarked (the column's default) and the refresh
     marks the one that is latest, so the rule is decided in one place. Their words go into the search
-    lexicon once per batch (db.group_commit, WriteScope.index_words)."""
+    lexicon once per batch (db.group_commit, WriteScope.index_words). Rows carry no `published_at`:
+    it is `now`."""
     if not rows:
         return
+    # Published at `now`, the clock the marker and the tick judge effectiveAt by: a version whose
+    # effectiveAt is still to come at `now` is one the tick announces (published_at < effective_at,
+    # db.housekeeping), whatever the database's clock reads.
     columns = list(rows[0])
-    placeholders = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
     await conn.executemany(
-        f"INSERT INTO capability_versions ({', '.join(columns)}) VALUES ({placeholders})",
-        [tuple(row[column] for column in columns) for row in rows],
+        insert_statement("capability_versions", [*columns, "published_at"]),
+        [(*(row[column] for column in columns), now) for row in rows],
     )
     await refresh_latest(
         conn, [(row["tenant"], row["agent_id"], row["skill_id"]) for row in rows], now=now, agents_locked=True

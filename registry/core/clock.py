@@ -4,7 +4,8 @@ housekeeping tick. Wall time is UTC (`now`, `epoch`); `monotonic` orders deadlin
 process. A test replaces it with a `SteppedClock` and moves time forward instead of sleeping.
 
 Which clock each rule reads, written down once:
-- the app's clock (this one, passed to queries as a bound `now`): versions in force and effective,
+- the app's clock (this one, passed to queries as a bound `now`): when a version is published
+  (`published_at`, so the tick's "published before effective" reads one clock), versions in force and effective,
   the latest version (its marker, decided by each write and the housekeeping tick at their `now`,
   db.capabilities.refresh_latest; readers read the marker, no clock), deprecation and retirement
   times, cache lifetimes (verified tokens included), ticket issue and expiry times and their

@@ -8,8 +8,9 @@ server's own ticks are held off while the test looks at the state before (tests.
 from __future__ import annotations
 
 import secrets
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
+from registry.core.clock import SteppedClock
 from tests.housekeeping_support import held, tick
 from tests.search_support import agent, heartbeat, publish, skill
 
@@ -88,3 +89,26 @@ async def test_a_future_version_becomes_latest_at_the_tick_and_every_reader_agre
     assert retired.status_code == 200, retired.text
     assert await marked(db, tenant) == ["1.0.0"]
     assert await readers(client, mint, tenant, tag) == all_name("1.0.0")
+
+
+async def test_an_app_clock_behind_the_databases_still_makes_a_future_version_latest_at_its_tick(
+    client, mint, db, tenant, registry
+):
+    """A version is published at the app's `now`, the clock its effectiveAt is judged by: with the
+    app's hosts a minute behind the database's, a version effective in ten seconds is still one the
+    tick announces and marks latest (published at the database's clock, it read as published after
+    it took effect, and no tick ever marked it)."""
+    system = registry.clock
+    registry.clock = clock = SteppedClock(datetime.now(UTC) - timedelta(seconds=60))
+    try:
+        first = skill(SKILL, "Tune gadget", "Tunes a gadget.", ["skew" + secrets.token_hex(4)])
+        await publish(client, mint, tenant, {"tuner": agent(first)})
+        newer = {**first, "version": "1.1.0", "effectiveAt": (clock.now() + timedelta(seconds=10)).isoformat()}
+        await publish(client, mint, tenant, {"tuner": agent(first, newer)})
+        assert await marked(db, tenant) == ["1.0.0"]
+        async with held(db) as conn:
+            clock.advance(11)
+            assert await tick(conn, clock) >= 1
+        assert await marked(db, tenant) == ["1.1.0"]
+    finally:
+        registry.clock = system
