@@ -275,6 +275,7 @@ async def main_async(args) -> dict:
     from auth.tokens import mint_caller_token
     from registry.app import create_app
     from registry.config import Settings
+    from registry.web.in_process import lifespan_running
 
     _count_batches()
     name = args.keep or "capreg_cpu_" + secrets.token_hex(4)
@@ -286,17 +287,8 @@ async def main_async(args) -> dict:
     url = _with_database(args.database_url, name)
     settings = Settings(database_url=url, home=Path(tempfile.mkdtemp(prefix="capreg-cpu-")))
     application = create_app(settings)
-    started, stop = asyncio.Event(), asyncio.Event()
-
-    async def lifespan() -> None:
-        async with application.lifespan():
-            started.set()
-            await stop.wait()
-
-    task = asyncio.create_task(lifespan())
-    await asyncio.wait([asyncio.ensure_future(started.wait()), task], return_when=asyncio.FIRST_COMPLETED)
-    if task.done():
-        task.result()
+    running = lifespan_running(application)
+    await running.__aenter__()
     results: dict[str, dict] = {}
     pool = await asyncpg.create_pool(url, min_size=1, max_size=1)
     try:
@@ -494,8 +486,7 @@ async def main_async(args) -> dict:
                     offset += 200
     finally:
         await pool.close()
-        stop.set()
-        await task
+        await running.__aexit__(None, None, None)
         if not args.keep:
             admin = await asyncpg.connect(args.database_url)
             await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

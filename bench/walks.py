@@ -96,34 +96,17 @@ class Walk:
 
 @asynccontextmanager
 async def running(database_url: str | None, home: Path):
-    import httpx
-
     from registry.app import create_app
     from registry.config import Settings
+    from registry.web.in_process import served_in_process
 
     # The access log's lines would mix with the report on stdout (a logger with a handler is left alone).
     logging.getLogger("capreg.access").addHandler(logging.NullHandler())
     logging.getLogger("capreg.access").propagate = False
     settings = Settings(database_url=database_url, home=home) if database_url else Settings(home=home)
     application = create_app(settings)
-    started, stop = asyncio.Event(), asyncio.Event()
-
-    async def lifespan() -> None:
-        async with application.lifespan():
-            started.set()
-            await stop.wait()
-
-    task = asyncio.create_task(lifespan())
-    await asyncio.wait([asyncio.ensure_future(started.wait()), task], return_when=asyncio.FIRST_COMPLETED)
-    if task.done():
-        task.result()
-    try:
-        transport = httpx.ASGITransport(app=application)
-        async with httpx.AsyncClient(transport=transport, base_url="http://registry.test") as client:
-            yield application, settings, client
-    finally:
-        stop.set()
-        await task
+    async with served_in_process(application) as client:
+        yield application, settings, client
 
 
 def skill(skill_id: str, version: str, scopes: list[str], **fields: Any) -> dict:

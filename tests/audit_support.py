@@ -4,14 +4,11 @@ the `capreg` CLI run as a separate process, as an operator runs it."""
 from __future__ import annotations
 
 import os
-import secrets
 import subprocess
 import sys
 from contextlib import asynccontextmanager
 from datetime import UTC
 from pathlib import Path
-
-import asyncpg
 
 ROOT = Path(__file__).parent.parent
 # An event of two tenants is an entry in each chain (docs/audit.md#chains): a condition on audit_events
@@ -21,25 +18,16 @@ ONE_ROW_PER_EVENT = (
 )
 
 
-def database_url_on(server_url: str, database: str) -> str:
-    """`server_url` pointing at another database (TCP URLs and the embedded server's socket URLs)."""
-    base, sep, query = server_url.partition("?")
-    return base.rsplit("/", 1)[0] + f"/{database}" + sep + query
-
-
 @asynccontextmanager
 async def fresh_database(server_url: str, *, migrated: bool = True):
-    """A new, empty database on the test server (migrated, with a signing key), dropped afterwards."""
+    """A new database on the test server (migrated, with a signing key, unless `migrated` is False),
+    dropped afterwards (tests.conftest.scratch_database)."""
     from db.migrate import apply_migrations
     from db.pool import connect
     from registry.core.signing_keys import ensure_signing_key
+    from tests.conftest import scratch_database
 
-    name = "capreg_audit_" + secrets.token_hex(4)
-    admin = await asyncpg.connect(server_url)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    await admin.close()
-    url = database_url_on(server_url, name)
-    try:
+    async with scratch_database(server_url, "audit") as url:
         if migrated:
             conn = await connect(url)
             try:
@@ -48,10 +36,6 @@ async def fresh_database(server_url: str, *, migrated: bool = True):
             finally:
                 await conn.close()
         yield url
-    finally:
-        admin = await asyncpg.connect(server_url)
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
 
 
 def capreg_cli(database_url: str, *args: str, home: Path | None = None) -> subprocess.CompletedProcess:

@@ -7,7 +7,6 @@ audit log cannot be truncated, by design.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -31,6 +30,7 @@ import pytest_asyncio
 from auth.tokens import mint_caller_token
 from registry.app import create_app
 from registry.config import Settings
+from registry.web.in_process import served_in_process
 
 EXAMPLES = Path(__file__).parent / "examples"
 ROOT = Path(__file__).parent.parent
@@ -67,17 +67,31 @@ def server_url() -> str:
     return server.get_uri()
 
 
+@contextlib.asynccontextmanager
+async def scratch_database(server_url: str, prefix: str) -> AsyncIterator[str]:
+    """A database of its own on the test server, created empty and dropped afterwards (even while
+    connected): its URL. The one way tests make one."""
+    name = f"capreg_{prefix}_" + secrets.token_hex(4)
+    admin = await asyncpg.connect(server_url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    try:
+        yield database_on(server_url, name)
+    finally:
+        admin = await asyncpg.connect(server_url)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def database_url(server_url: str) -> AsyncIterator[str]:
     """A fresh database on the server for this test run, dropped afterwards."""
-    name = "capreg_test_" + secrets.token_hex(4)
-    admin = await asyncpg.connect(server_url)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    await admin.close()
-    yield database_on(server_url, name)
-    admin = await asyncpg.connect(server_url)
-    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    await admin.close()
+    async with scratch_database(server_url, "test") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
@@ -87,31 +101,12 @@ def settings(database_url: str) -> Settings:
 
 @contextlib.asynccontextmanager
 async def running_app(settings: Settings):
-    """The app with its lifespan running on the test loop, and an httpx client speaking ASGI to it.
-
-    (litestar's AsyncTestClient runs the app on a portal thread's loop instead, where tests could not
-    share its pool.) The lifespan is entered and exited in one task: its cancel scopes demand it.
-    """
+    """The app with its lifespan running on the test loop, and an httpx client speaking ASGI to it
+    (registry.web.in_process): tests share the app's loop and pool."""
     application = create_app(settings)
-    started, stop = asyncio.Event(), asyncio.Event()
-
-    async def run_lifespan() -> None:
-        async with application.lifespan():
-            started.set()
-            await stop.wait()
-
-    task = asyncio.create_task(run_lifespan())
-    await asyncio.wait([asyncio.ensure_future(started.wait()), task], return_when=asyncio.FIRST_COMPLETED)
-    if task.done():
-        task.result()  # start-up failed: raise its error
-    try:
-        transport = httpx.ASGITransport(app=application)
-        async with httpx.AsyncClient(transport=transport, base_url="http://registry.test") as client:
-            application.state.test_client = client
-            yield application, client
-    finally:
-        stop.set()
-        await task
+    async with served_in_process(application) as client:
+        application.state.test_client = client
+        yield application, client
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
@@ -384,14 +379,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 @pytest_asyncio.fixture(loop_scope="session")
 async def fresh_database(server_url):
     """A database of its own: a walkthrough (README, docs/client.md) starts from nothing, as on a fresh machine."""
-    name = "capreg_readme_" + secrets.token_hex(4)
-    admin = await asyncpg.connect(server_url)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    await admin.close()
-    yield database_on(server_url, name)
-    admin = await asyncpg.connect(server_url)
-    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    await admin.close()
+    async with scratch_database(server_url, "readme") as url:
+        yield url
 
 
 @pytest.fixture

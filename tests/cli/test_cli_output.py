@@ -9,15 +9,12 @@ import contextlib
 import fcntl
 import os
 import re
-import secrets
 import subprocess
 import sys
-from collections.abc import Callable
 
-import asyncpg
 import httpx
 
-from tests.conftest import EXAMPLES, ROOT, _with_database, capreg
+from tests.conftest import EXAMPLES, ROOT, capreg, scratch_database
 
 
 def _first_line_then_close(env: dict, *args: str) -> tuple[bytes, int, str]:
@@ -86,33 +83,10 @@ def test_a_listing_into_a_closed_pipe_ends_quietly(live_server, mint, tenant):
     _quiet_end(returncode, stderr)
 
 
-def _fresh_database(server_url: str) -> tuple[str, Callable[[], None]]:
-    """A database of its own, never migrated: what `capreg audit verify` sees on a fresh install."""
-    name = "capreg_fresh_" + secrets.token_hex(4)
-
-    async def run(sql: str) -> None:
-        admin = await asyncpg.connect(server_url)
-        try:
-            await admin.execute(sql)
-        finally:
-            await admin.close()
-
-    asyncio.run(run(f'CREATE DATABASE "{name}"'))
-    if "?" in server_url:  # embedded: the unix socket in the query string
-        base, _, query = server_url.partition("?")
-        url = _with_database(base, name) + "?" + query
-    else:
-        url = _with_database(server_url, name)
-    return url, lambda: asyncio.run(run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-
-
-def test_audit_verify_on_a_fresh_install_says_there_is_nothing_to_verify(server_url, tmp_path):
-    url, drop = _fresh_database(server_url)
-    try:
+async def test_audit_verify_on_a_fresh_install_says_there_is_nothing_to_verify(server_url, tmp_path):
+    async with scratch_database(server_url, "fresh") as url:  # never migrated: a fresh install
         env = {**os.environ, "DATABASE_URL": url, "CAPREG_HOME": str(tmp_path)}
-        result = capreg(env, "audit", "verify")
-    finally:
-        drop()
+        result = await asyncio.to_thread(capreg, env, "audit", "verify")
     [line] = result.stdout.splitlines()
     assert line.startswith("no events yet: nothing to verify") and "seq 0" not in line, line
     assert "; caveat: " in line and "--checkpoint FILE" in line, line

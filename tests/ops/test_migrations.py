@@ -3,29 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import secrets
 
 import asyncpg
 import pytest
 
 from db.migrate import MigrationError, apply_migrations, migration_files, pending_migrations
+from tests.conftest import scratch_database
 
 
 @pytest.fixture
 async def empty_database(server_url):
-    name = "capreg_migrate_" + secrets.token_hex(4)
-    admin = await asyncpg.connect(server_url)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    await admin.close()
-    if "?" in server_url:
-        base, _, query = server_url.partition("?")
-        url = base.rsplit("/", 1)[0] + f"/{name}?{query}"
-    else:
-        url = server_url.rsplit("/", 1)[0] + f"/{name}"
-    yield url
-    admin = await asyncpg.connect(server_url)
-    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    await admin.close()
+    async with scratch_database(server_url, "migrate") as url:
+        yield url
 
 
 async def test_concurrent_migrations_apply_each_file_once(empty_database):

@@ -7,6 +7,7 @@ signing keys live only in the database, so the dump carries them."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import shutil
 import subprocess
@@ -27,7 +28,7 @@ from registry.audit.chain import make_checkpoint, verify_stored_chain
 from registry.audit.checkpoints import Checkpoint, jwks_keys
 from registry.config import Settings
 from registry.core.signing_keys import load_keyring
-from tests.conftest import database_on, running_app
+from tests.conftest import running_app, scratch_database
 from tests.ticket_support import register_finance, ticket_body
 
 ROUTER_SCOPES = "invoice:read invoice:list ledger:read"
@@ -96,13 +97,13 @@ async def test_a_restored_dump_verifies_its_audit_log_checkpoints_and_tickets(se
     if tools is None:
         await admin.close()
         pytest.skip(f"no pg_dump and pg_restore of PostgreSQL {server_major} or newer (PATH, pg_config, embedded)")
+    await admin.close()
     pg_dump, pg_restore = tools
-    original, restored = ("capreg_drill_" + secrets.token_hex(4) + suffix for suffix in ("_a", "_b"))
     work = Path(tempfile.mkdtemp(prefix="capreg-drill-"))
-    try:
-        for name in (original, restored):
-            await admin.execute(f'CREATE DATABASE "{name}"')
-        original_url, restored_url = database_on(server_url, original), database_on(server_url, restored)
+    async with contextlib.AsyncExitStack() as stack:
+        stack.callback(shutil.rmtree, work, ignore_errors=True)
+        original_url = await stack.enter_async_context(scratch_database(server_url, "drill"))
+        restored_url = await stack.enter_async_context(scratch_database(server_url, "drill"))
         tenant = "t" + secrets.token_hex(5)
 
         # A registry in use: agents registered, a ticket minted, audit events, a signed checkpoint.
@@ -167,8 +168,3 @@ async def test_a_restored_dump_verifies_its_audit_log_checkpoints_and_tickets(se
             assert answer.status_code == 200 and answer.json()["active"] is True, answer.text
             latest = (await client.get("/v1/audit/checkpoints/latest")).json()
             assert msgspec.convert(latest, Checkpoint).seq >= checkpoint.seq
-    finally:
-        for name in (original, restored):
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
-        shutil.rmtree(work, ignore_errors=True)
