@@ -477,12 +477,13 @@ async def explain_plans(dsn: str) -> dict[str, str]:
         plans["filtered (q + tag + sideEffectMax)"] = conn.plan
         # ARD (docs/api.md#ard): search by relevance, explore's facets, the list in identifier order.
         from db import ard
+        from registry.core.records import SIDE_EFFECT_NAMES
 
         latest = await ranked_search.latest_hits(pool, engine.propose(["invoice"], Proposal(viewer=None)))
         invoice = ard.TextMatch(
-            tenants=[r["tenant"] for r in latest],
-            agents=[r["agent_id"] for r in latest],
-            scores=[r["score"] for r in latest],
+            tenants=[r.tenant for r in latest],
+            agents=[r.agent_id for r in latest],
+            scores=[r.score for r in latest],
         )
         conn = Explaining(pool)
         await ard.ranked_page(
@@ -502,6 +503,7 @@ async def explain_plans(dsn: str) -> dict[str, str]:
             text=invoice,
             configured={},
             facets=[ard.FacetRequest("tags", 20, 1), ard.FacetRequest("publisher", 20, 1)],
+            side_effect_names=SIDE_EFFECT_NAMES,
         )
         plans["ARD explore 'invoice' (tags, publisher)"] = conn.plan
         conn = Explaining(pool)
@@ -512,6 +514,7 @@ async def explain_plans(dsn: str) -> dict[str, str]:
             text=None,
             configured={},
             facets=[ard.FacetRequest("type", 20, 1), ard.FacetRequest("tags", 20, 1)],
+            side_effect_names=SIDE_EFFECT_NAMES,
         )
         plans["ARD explore, whole registry (type, tags)"] = conn.plan
         conn = Explaining(pool)

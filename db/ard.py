@@ -20,6 +20,7 @@ import msgspec
 
 from db.agents import HEALTH_SQL, LEASE_UNTIL_SQL, LIVE_INSTANCES_SQL
 from db.capabilities import latest_in_force, serves_regions_sql, visible_agents_filter
+from db.rows import typed_rows
 
 A2A_CARD_TYPE = "application/a2a-agent-card+json"
 
@@ -140,6 +141,49 @@ def matched_ctes(bind: Bind, viewer_tenant: str | None, where: EntryFilter, text
     )"""
 
 
+class RankedEntryRow(msgspec.Struct, frozen=True, gc=False):
+    """An entry of a page in relevance order: its agent, its score and its tie-break key."""
+
+    tenant: str
+    agent_id: str
+    score: int
+    tie: str
+
+
+class IdentifierEntryRow(msgspec.Struct, frozen=True, gc=False):
+    """An entry of a page in identifier order: its agent and its identifier (`urn:air:...`)."""
+
+    tenant: str
+    agent_id: str
+    identifier: str
+
+
+class EntryRow(msgspec.Struct, frozen=True, gc=False):
+    """An entry's public row: agent fields, lease figures and its skills' latest in-force versions."""
+
+    tenant: str
+    agent_id: str
+    name: str
+    description: str
+    version: str
+    updated_at: datetime
+    health: str
+    live_instances: int
+    lease_until: datetime | None
+    # jsonb: per skill {id, tags, sideEffectRank, regions, examples}, ordered by id.
+    skills: list[dict[str, Any]]
+
+
+class FacetCountRow(msgspec.Struct, frozen=True, gc=False):
+    """A facet bucket (value, count n, rank rn), or with `other` a field's count beyond its limit."""
+
+    field: str
+    value: str | None
+    n: int
+    other: bool
+    rn: int | None
+
+
 class Query:
     """Bound parameters of one statement."""
 
@@ -159,7 +203,7 @@ async def ranked_page(
     text: TextMatch | None,
     after: tuple[int, str] | None,
     limit: int,
-) -> list[asyncpg.Record]:
+) -> list[RankedEntryRow]:
     """Entries by relevance (their best skill's score), best first: (tenant, agent_id, score, tie). Ties in the order of the
     agents' capability refs (`tenant/agentId/...`, bytewise), as ranked discovery orders its ties,
     so both list agents in the same relative order."""
@@ -176,7 +220,7 @@ async def ranked_page(
          WHERE {keyset}
          ORDER BY r.score DESC, r.tie
          LIMIT {query.bind(limit)}"""
-    return await conn.fetch(sql, *query.params)
+    return typed_rows(RankedEntryRow, await conn.fetch(sql, *query.params))
 
 
 async def identifier_page(
@@ -187,7 +231,7 @@ async def identifier_page(
     configured: dict[str, str],
     after: str | None,
     limit: int,
-) -> list[asyncpg.Record]:
+) -> list[IdentifierEntryRow]:
     """Entries in identifier order (`urn:air:{publisher}:{agentId}`, bytewise): (tenant, agent_id, identifier).
 
     Bounded by the page, not the registry: an identifier is its tenant's prefix
@@ -230,7 +274,7 @@ async def identifier_page(
                 LIMIT {n}) e
          ORDER BY e.identifier
          LIMIT {n}"""
-    return await conn.fetch(sql, *query.params)
+    return typed_rows(IdentifierEntryRow, await conn.fetch(sql, *query.params))
 
 
 async def _identifier_page_matched(
@@ -241,7 +285,7 @@ async def _identifier_page_matched(
     configured: dict[str, str],
     after: str | None,
     limit: int,
-) -> list[asyncpg.Record]:
+) -> list[IdentifierEntryRow]:
     query = Query()
     ctes = matched_ctes(query.bind, viewer_tenant, where, None)
     publisher = publisher_sql("m.tenant", query.bind, configured)
@@ -253,15 +297,15 @@ async def _identifier_page_matched(
          WHERE {keyset}
          ORDER BY i.identifier
          LIMIT {query.bind(limit)}"""
-    return await conn.fetch(sql, *query.params)
+    return typed_rows(IdentifierEntryRow, await conn.fetch(sql, *query.params))
 
 
-async def entry_rows(conn: asyncpg.Connection, keys: Sequence[tuple[str, str]]) -> list[asyncpg.Record]:
+async def entry_rows(conn: asyncpg.Connection, keys: Sequence[tuple[str, str]]) -> list[EntryRow]:
     """The public rows of the given entries (agent fields, lease figures, and the latest in-force
     version of each skill: id, tags, side effect, regions, examples), in no particular order."""
     if not keys:
         return []
-    return await conn.fetch(
+    records = await conn.fetch(
         f"""SELECT a.tenant, a.agent_id, a.name, a.description, a.version, a.updated_at,
                    {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances, {LEASE_UNTIL_SQL} AS lease_until,
                    s.skills
@@ -276,6 +320,7 @@ async def entry_rows(conn: asyncpg.Connection, keys: Sequence[tuple[str, str]]) 
         [k[0] for k in keys],
         [k[1] for k in keys],
     )
+    return typed_rows(EntryRow, records)
 
 
 # Facet fields and the SQL of their (value, count) groups over `matched`.
@@ -331,7 +376,7 @@ async def facet_counts(
     facets: Sequence[FacetRequest],
     configured: dict[str, str],
     side_effect_names: Sequence[str],
-) -> list[asyncpg.Record]:
+) -> list[FacetCountRow]:
     """Buckets (field, value, n, other=false, rn), rn ranking them per field (count, then value bytewise), at
     most `limit` of them with at least `min_count`; and per field one row (field, NULL, n, other=true)
     with the entries counted in the buckets beyond `limit`. Counted over the whole matched set."""
@@ -360,4 +405,4 @@ async def facet_counts(
         SELECT field, value, n, false AS other, rn FROM ranked WHERE rn <= lim
         UNION ALL
         SELECT field, NULL, sum(n)::bigint, true, NULL FROM ranked WHERE rn > lim GROUP BY field"""
-    return await conn.fetch(sql, *query.params)
+    return typed_rows(FacetCountRow, await conn.fetch(sql, *query.params))

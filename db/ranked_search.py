@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 import asyncpg
+import msgspec
 
 from db.agents import HAS_LIVE_INSTANCE, HEALTH_SQL, LEASE_UNTIL_SQL, LIVE_INSTANCES_SQL
 from db.capabilities import (
@@ -20,6 +21,7 @@ from db.capabilities import (
     latest_in_force,
     visible_agents_filter,
 )
+from db.rows import typed_rows
 
 # The ref as capability_ref writes it, compared bytewise: the tie order of ranked results.
 REF_SQL = """(c.tenant || '/' || c.agent_id || '/' || c.skill_id || '@' || c.version) COLLATE "C\""""
@@ -104,7 +106,15 @@ async def checked_page(
     return await conn.fetch(sql, *params)
 
 
-async def latest_hits(conn: asyncpg.Connection | asyncpg.Pool, hits: Sequence[Candidate]) -> list[asyncpg.Record]:
+class LatestHitRow(msgspec.Struct, frozen=True, gc=False):
+    """A candidate that is the latest version in force of its skill: its agent and the engine's score."""
+
+    tenant: str
+    agent_id: str
+    score: int
+
+
+async def latest_hits(conn: asyncpg.Connection | asyncpg.Pool, hits: Sequence[Candidate]) -> list[LatestHitRow]:
     """Of the candidates, those that are the latest version in force of their skill (its marker):
     (tenant, agent_id, score), in the order of `hits` (ARD's matched set: db.ard.matched_ctes)."""
     params: list[Any] = []
@@ -121,4 +131,4 @@ async def latest_hits(conn: asyncpg.Connection | asyncpg.Pool, hits: Sequence[Ca
                                     AND c.version = h.version
          WHERE {latest_in_force("c")}
          ORDER BY h.ord"""
-    return await conn.fetch(sql, *params)
+    return typed_rows(LatestHitRow, await conn.fetch(sql, *params))

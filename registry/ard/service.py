@@ -350,8 +350,8 @@ async def text_match(registry: Registry, conn: asyncpg.Connection, viewer: str |
     hits = await ranking.propose(conn, registry.search, text, ranking.Proposal(viewer=viewer, latest_only=True))
     best: dict[tuple[str, str], int] = {}
     for row in await ranked_queries.latest_hits(conn, hits) if hits else []:
-        key = (row["tenant"], row["agent_id"])
-        best[key] = max(best.get(key, 0), row["score"])
+        key = (row.tenant, row.agent_id)
+        best[key] = max(best.get(key, 0), row.score)
     return TextMatch(tenants=[t for t, _ in best], agents=[a for _, a in best], scores=list(best.values()))
 
 
@@ -399,31 +399,31 @@ class ArdContext(msgspec.Struct, frozen=True):
         return f"{self.public_url}/ard"
 
 
-def _entry(ctx: ArdContext, row: asyncpg.Record) -> ArdEntry:
-    tenant, agent_id = row["tenant"], row["agent_id"]
-    skills = row["skills"]
+def _entry(ctx: ArdContext, row: ard_queries.EntryRow) -> ArdEntry:
+    tenant, agent_id = row.tenant, row.agent_id
+    skills = row.skills
     tags = sorted({tag for skill in skills for tag in skill["tags"]})
     regions = sorted({region for skill in skills for region in skill["regions"]})
     examples = [e for skill in skills for e in skill["examples"] if isinstance(e, str)]
     side_effect = max((skill["sideEffectRank"] for skill in skills), default=0)
     return ArdEntry(
         identifier=agent_urn(ctx.publishers.domain_of(tenant), agent_id),
-        display_name=row["name"] or agent_id,
+        display_name=row.name or agent_id,
         type=A2A_CARD_TYPE,
         url=f"{ctx.public_url}/v1/agents/{tenant}/{agent_id}/.well-known/agent-card.json",
-        description=row["description"],
+        description=row.description,
         tags=tags or None,
         capabilities=[skill["id"] for skill in skills] or None,
         representative_queries=examples[:REPRESENTATIVE_QUERIES] if len(examples) >= 2 else None,
-        version=row["version"],
-        updated_at=row["updated_at"],
+        version=row.version,
+        updated_at=row.updated_at,
         metadata={
             "capreg.ref": f"{tenant}/{agent_id}",
             "capreg.sideEffectMax": SIDE_EFFECT_NAMES[side_effect],
             # ARD metadata values are scalars: the regions its skills name, comma-separated.
             "capreg.dataRegions": ",".join(regions),
-            "capreg.health": row["health"],
-            "capreg.liveInstances": row["live_instances"],
+            "capreg.health": row.health,
+            "capreg.liveInstances": row.live_instances,
             "capreg.publisherDomain": "configured" if ctx.publishers.is_configured(tenant) else "default",
         },
     )
@@ -434,9 +434,9 @@ async def _entries(
 ) -> tuple[list[ArdEntry], list]:
     """Entries for the keys, in the keys' order, and the moments their lease figures change by
     themselves (a cached answer ends at the first)."""
-    rows = {(r["tenant"], r["agent_id"]): r for r in await ard_queries.entry_rows(conn, keys)}
+    rows = {(r.tenant, r.agent_id): r for r in await ard_queries.entry_rows(conn, keys)}
     found = [rows[key] for key in keys if key in rows]
-    return [_entry(ctx, row) for row in found], [row["lease_until"] for row in found]
+    return [_entry(ctx, row) for row in found], [row.lease_until for row in found]
 
 
 class Answer(msgspec.Struct):
@@ -510,8 +510,8 @@ async def search(registry: Registry, ctx: ArdContext, request: SearchRequest) ->
             limit=request.page_size + 1,
         )
         page = rows[: request.page_size]
-        entries, leases = await _entries(conn, ctx, [(r["tenant"], r["agent_id"]) for r in page])
-    scores = {(r["tenant"], r["agent_id"]): r["score"] for r in page}
+        entries, leases = await _entries(conn, ctx, [(r.tenant, r.agent_id) for r in page])
+    scores = {(r.tenant, r.agent_id): r.score for r in page}
     results = [
         ArdSearchResult(**msgspec.structs.asdict(entry), score=ard_score(scores[_key_of(entry)]), source=ctx.source)
         for entry in entries
@@ -519,7 +519,7 @@ async def search(registry: Registry, ctx: ArdContext, request: SearchRequest) ->
     token = None
     if len(rows) > request.page_size:
         last = page[-1]
-        token = encode_cursor(["s", fingerprint, last["score"], last["tie"]])
+        token = encode_cursor(["s", fingerprint, last.score, last.tie])
     return Answer(
         SearchResponse(results=results, page_token=token), seq, boundaries + leases, short=where.health is not None
     )
@@ -555,8 +555,8 @@ async def list_agents(
             limit=page_size + 1,
         )
         page = rows[:page_size]
-        entries, leases = await _entries(conn, ctx, [(r["tenant"], r["agent_id"]) for r in page])
-    token = encode_cursor(["l", fingerprint, page[-1]["identifier"]]) if len(rows) > page_size else None
+        entries, leases = await _entries(conn, ctx, [(r.tenant, r.agent_id) for r in page])
+    token = encode_cursor(["l", fingerprint, page[-1].identifier]) if len(rows) > page_size else None
     return Answer(ListResponse(items=entries, page_token=token, next_page_token=token), seq, boundaries + leases)
 
 
@@ -573,7 +573,7 @@ async def lookup(registry: Registry, ctx: ArdContext, identifier: str) -> Answer
         rows = await ard_queries.ranked_page(
             conn, viewer_tenant=ctx.viewer, where=where, text=None, after=None, limit=1
         )
-        entries, leases = await _entries(conn, ctx, [(r["tenant"], r["agent_id"]) for r in rows])
+        entries, leases = await _entries(conn, ctx, [(r.tenant, r.agent_id) for r in rows])
     if not entries:
         raise not_found("no such agent")
     return Answer(entries[0], seq, boundaries + leases)
@@ -610,9 +610,10 @@ async def explore(registry: Registry, ctx: ArdContext, request: ExploreRequest) 
             side_effect_names=SIDE_EFFECT_NAMES,
         )
     results = {f.field: FacetResult(buckets=[], other_count=0) for f in facets}
-    for row in sorted((r for r in rows if not r["other"]), key=lambda r: r["rn"]):
-        results[row["field"]].buckets.append(FacetBucket(value=row["value"], count=row["n"]))
+    for row in sorted((r for r in rows if not r.other), key=lambda r: r.rn or 0):
+        assert row.value is not None  # a bucket has a value and a rank (db.ard.facet_counts)
+        results[row.field].buckets.append(FacetBucket(value=row.value, count=row.n))
     for row in rows:
-        if row["other"]:
-            results[row["field"]].other_count = row["n"]
+        if row.other:
+            results[row.field].other_count = row.n
     return Answer(ExploreResponse(result_type="facets", facets=results), seq, boundaries, short=short)

@@ -36,26 +36,26 @@ REQUEST_CHANGES_MAX = 200
 FOLLOW_INTERVAL = 0.25
 
 
-def document(row: asyncpg.Record) -> Document:
+def document(row: index_queries.DocumentRow) -> Document:
     """A db.search_index row as the engine's document."""
-    examples = tuple(e for e in (row["examples"] or ()) if isinstance(e, str))
+    examples = tuple(e for e in (row.examples or ()) if isinstance(e, str))
     return Document(
-        tenant=row["tenant"],
-        agent_id=row["agent_id"],
-        skill_id=row["skill_id"],
-        version=row["version"],
-        name=row["name"],
-        description=row["description"],
-        tags=tuple(row["tags"]),
+        tenant=row.tenant,
+        agent_id=row.agent_id,
+        skill_id=row.skill_id,
+        version=row.version,
+        name=row.name,
+        description=row.description,
+        tags=tuple(row.tags),
         examples=examples,
-        agent_name=row["agent_name"],
-        agent_description=row["agent_description"],
-        public=row["visibility"] == "public",
-        shared_with=tuple(row["shared_with"]),
-        latest=row["latest"],
-        status=row["status"],
-        side_effect_rank=row["side_effect_rank"],
-        regions=tuple(row["data_regions"]),
+        agent_name=row.agent_name,
+        agent_description=row.agent_description,
+        public=row.visibility == "public",
+        shared_with=tuple(row.shared_with),
+        latest=row.latest,
+        status=row.status,
+        side_effect_rank=row.side_effect_rank,
+        regions=tuple(row.data_regions),
     )
 
 
@@ -138,16 +138,14 @@ class SearchService:
                 if changes:
                     agents = list(
                         dict.fromkeys(
-                            (c["tenant"], c["agent_id"])
-                            for c in changes
-                            if c["kind"] not in index_queries.NOT_INDEXED_KINDS
+                            (c.tenant, c.agent_id) for c in changes if c.kind not in index_queries.NOT_INDEXED_KINDS
                         )
                     )
                     if agents:
                         # Read after the changes, so each agent's rows are at least as new as its changes.
                         rows = await index_queries.agent_documents(conn, agents)
                         await asyncio.to_thread(self.index.replace, agents, [document(r) for r in rows])
-                    self.seq = changes[-1]["seq"]
+                    self.seq = changes[-1].seq
             if most is not None or len(changes) < limit:
                 return
 

@@ -722,6 +722,6 @@ async def test_list_pages_read_per_tenant_agree_with_the_whole_matched_set(clien
                     paged += rows
                     if len(rows) < 7:
                         break
-                    after = rows[-1]["identifier"]
-            assert [r["identifier"] for r in paged] == [r["identifier"] for r in whole]
-            assert ("hidden" in {r["agent_id"] for r in paged if r["tenant"] == tenant}) == (viewer == tenant)
+                    after = rows[-1].identifier
+            assert [r.identifier for r in paged] == [r.identifier for r in whole]
+            assert ("hidden" in {r.agent_id for r in paged if r.tenant == tenant}) == (viewer == tenant)
