@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from auth.policy import REFUSAL_CODES, Refusal
+from auth.policy import NOT_FOUND_CODE, REFUSAL_CODES, Refusal
 from registry.core import error_codes as codes
 from registry.core.error_codes import ErrorKind
 from registry.core.json_pointer import escape_token
@@ -170,6 +170,33 @@ def refused(refusal: Refusal) -> ProblemError:
         headers=headers,
         missing_scopes=list(refusal.missing_scopes) or None,
         reason=refusal.reason,
+    )
+
+
+class StoredSubject(Protocol):
+    """A stored record an operation acts on by its id (a ticket to revoke, an approval to decide):
+    what a refusal of it names."""
+
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def ref(self) -> str: ...
+    @property
+    def scopes(self) -> Sequence[str]: ...
+    @property
+    def on_behalf_of(self) -> str | None: ...
+
+
+def refuse_on_record(refusal: Refusal | None, record: StoredSubject | None) -> None:
+    """Raise `refusal` (if any) of an operation on `record`, found by an id the caller sent. A
+    `not_found` names nothing, so the caller's own tenant's auditors never read of a record it may
+    not know of; any other refusal names the record's tenant, ref, scopes and on-behalf-of."""
+    if refusal is None:
+        return
+    if refusal.code == NOT_FOUND_CODE or record is None:
+        raise refused(refusal).about(tenant=None)
+    raise refused(refusal).about(
+        tenant=record.tenant, ref=record.ref, scopes=sorted(set(record.scopes)), on_behalf_of=record.on_behalf_of
     )
 
 

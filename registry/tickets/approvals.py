@@ -10,12 +10,12 @@ from typing import Any, Literal
 
 import msgspec
 
-from auth.policy import NOT_FOUND_CODE, ApprovalParties, check_approval_decider, check_approval_reader
+from auth.policy import ApprovalParties, check_approval_decider, check_approval_reader
 from auth.principal import Caller
 from db import approvals as approval_queries
 from db.approvals import ApprovalRow
 from db.group_commit import WriteScope
-from registry.core.problems import refused
+from registry.core.problems import refuse_on_record, refused
 from registry.core.tracing import current_request_id
 from registry.operations.audit_events import caller_event
 from registry.operations.refusals import REFUSED
@@ -74,18 +74,8 @@ async def decide(
     deciding again, or too late, changes nothing: the answer shows the approval as it stands. The
     operation DECIDE: a refusal is raised for the boundary to record."""
     approval = await _approval(registry, approval_id)
-    refusal = check_approval_decider(caller, parties_of(approval))
-    if refusal is not None and refusal.code == NOT_FOUND_CODE:
-        # Recorded for the caller's own tenant's auditors; the event names no approval it may not know of.
-        raise refused(refusal).about(tenant=None)
+    refuse_on_record(check_approval_decider(caller, parties_of(approval)), approval)
     assert approval is not None  # a missing approval is the policy's not_found, refused above
-    if refusal is not None:
-        raise refused(refusal).about(
-            tenant=approval.tenant,
-            ref=approval.ref,
-            scopes=sorted(set(approval.scopes)),
-            on_behalf_of=approval.on_behalf_of,
-        )
     request_id = current_request_id()  # the write runs in the group-commit task
 
     async def write(scope: WriteScope) -> None:

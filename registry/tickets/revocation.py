@@ -5,15 +5,11 @@ raised for the boundary to record. The SQL is db/tickets.py.
 
 from __future__ import annotations
 
-from auth.policy import (
-    NOT_FOUND_CODE,
-    TicketParties,
-    check_revoke,
-)
+from auth.policy import TicketParties, check_revoke
 from auth.principal import Caller
 from db import tickets as ticket_queries
 from db.group_commit import WriteScope
-from registry.core.problems import refused
+from registry.core.problems import refuse_on_record
 from registry.core.tracing import current_request_id
 from registry.operations.audit_events import caller_event
 from registry.state import Registry
@@ -30,18 +26,8 @@ async def revoke(registry: Registry, caller: Caller, jti: str, *, trace_id: str 
         if ticket is None
         else TicketParties(tenant=ticket.tenant, actor=ticket.actor, actor_tenant=ticket.actor_tenant)
     )
-    refusal = check_revoke(caller, parties)
-    if refusal is not None and refusal.code == NOT_FOUND_CODE:
-        # Recorded for the caller's own tenant's auditors; the event names no ticket it may not know of.
-        raise refused(refusal).about(tenant=None)
+    refuse_on_record(check_revoke(caller, parties), ticket)
     assert ticket is not None  # a missing ticket is the policy's not_found, refused above
-    if refusal is not None:
-        raise refused(refusal).about(
-            tenant=ticket.tenant,
-            ref=ticket.ref,
-            scopes=sorted(set(ticket.scopes)),
-            on_behalf_of=ticket.on_behalf_of,
-        )
     request_id = current_request_id()  # the write runs in the group-commit task
 
     async def write(scope: WriteScope) -> list[ticket_queries.RevokedTicket]:
