@@ -1,4 +1,4 @@
-"""The walks of three requests (docs/architecture.md#three-walks): which of capreg's modules a
+"""The walks of three requests (docs/architecture.md#three-walks-measured): which of capreg's modules a
 registration, an offers call and a ticket mint pass through, counted by tracing one request of each.
 
     python -m bench.walks [--database-url URL] [--json]

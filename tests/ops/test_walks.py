@@ -1,4 +1,4 @@
-"""The walks of three requests (bench/walks.py, docs/architecture.md#three-walks), traced through a
+"""The walks of three requests (bench/walks.py, docs/architecture.md#three-walks-measured), traced through a
 real app on its own database: the refusal path is entered only by a refusal, once, and no request
 climbs back into a lower layer (auth, db, registry.core) or the operation boundary."""
 
