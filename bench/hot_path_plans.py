@@ -22,7 +22,7 @@ from db.agents import (
     LIVE_INSTANCES_SQL,
     MAX_LISTED_INSTANCES,
 )
-from db.capabilities import DETAIL_COLUMNS
+from db.capabilities import VERSION_DETAIL_COLUMNS
 from db.tickets import TICKET_STATE_SQL
 
 
@@ -83,7 +83,7 @@ async def main(dsn: str) -> list[dict]:
             await explain(
                 conn,
                 "skill_versions",
-                f"""SELECT {DETAIL_COLUMNS}, {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances
+                f"""SELECT {VERSION_DETAIL_COLUMNS}
                       FROM capability_versions c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
                      WHERE c.tenant = $1 AND c.agent_id = $2 AND c.skill_id = $3 ORDER BY c.version_key DESC""",
                 t,

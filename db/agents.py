@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import asyncpg
 import msgspec
 
 from db.changes import HEALTH_CHANGE_KIND
+from db.rows import typed_row
 
 AGENT_COLUMNS = (
     "a.tenant, a.agent_id, a.name, a.description, a.version, a.provider, a.visibility, a.shared_with, "
@@ -40,20 +41,46 @@ HAS_LIVE_INSTANCE = f"EXISTS (SELECT 1 {_OF_AGENT} AND {lease_live('i')})"
 # all have lapsed, unknown if none ever existed. Every reader selects this expression (discovery,
 # ranked search, ARD, detail's lease_snapshot); registry.core.records.Health names its values.
 HEALTH_VALUES = ("healthy", "stale", "unknown")
+# HEALTH_VALUES as a type (registry.core.records.Health names the same values).
+Health = Literal["healthy", "stale", "unknown"]
 HEALTH_SQL = f"""(SELECT CASE WHEN count(*) = 0 THEN 'unknown'
                              WHEN bool_or({lease_live("i")}) THEN 'healthy'
                              ELSE 'stale' END
                    {_OF_AGENT})"""
 
 
-async def get_agent(conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str) -> asyncpg.Record | None:
-    return await conn.fetchrow(
+class AgentRow(msgspec.Struct, frozen=True, gc=False):
+    """An agent not withdrawn: AGENT_COLUMNS, then its health, live instances and lease bounds (get_agent)."""
+
+    tenant: str
+    agent_id: str
+    name: str
+    description: str
+    version: str
+    provider: dict[str, Any] | None
+    visibility: Literal["public", "tenant"]
+    shared_with: list[str]
+    card: dict[str, Any]
+    card_hash: str
+    created_at: datetime
+    updated_at: datetime
+    publisher_kid: str | None
+    health: Health
+    live_instances: int
+    # [first, last] expiry of the live leases ([None, None]: none is live).
+    lease_bounds: list[datetime | None] | None
+
+
+async def get_agent(conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str) -> AgentRow | None:
+    """The agent (None: none, or withdrawn)."""
+    record = await conn.fetchrow(
         f"""SELECT {AGENT_COLUMNS}, {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances,
                    {LEASE_BOUNDS_SQL} AS lease_bounds
               FROM agents a WHERE a.tenant = $1 AND a.agent_id = $2 AND a.withdrawn_at IS NULL""",
         tenant,
         agent_id,
     )
+    return typed_row(AgentRow, record)
 
 
 class WithdrawalTarget(NamedTuple):

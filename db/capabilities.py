@@ -2,29 +2,132 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, overload
 
 import asyncpg
+import msgspec
 
 from auth.policy import IN_FORCE as IN_FORCE_RULE
 from auth.policy import LATEST_ORDER as LATEST_ORDER_RULE
 from auth.policy import NOT_WITHDRAWN as NOT_WITHDRAWN_RULE
 from auth.policy import VISIBLE
-from db.agents import HAS_LIVE_INSTANCE, HEALTH_SQL, LEASE_UNTIL_SQL, LIVE_INSTANCES_SQL, lock_agent
+from db.agents import HAS_LIVE_INSTANCE, HEALTH_SQL, LEASE_UNTIL_SQL, LIVE_INSTANCES_SQL, Health, lock_agent
 from db.inserts import insert_statement
+from db.rows import typed_row, typed_rows
 
 PUBLIC_COLUMNS = (
     "c.tenant, c.agent_id, c.skill_id, c.version, c.version_key, c.prerelease, c.name, c.description, c.tags, "
     "c.scopes, c.side_effect, c.requires_approval, c.data_regions, c.slo, c.status, c.sunset_at, "
     "c.deprecation_message, c.effective_at, c.published_at, c.updated_at"
 )
-# The fixtures themselves (up to 100 of 64 KiB) are read only for the version released (`fixtures_of`).
-DETAIL_COLUMNS = (
-    PUBLIC_COLUMNS
+
+
+class PublicVersionRow(msgspec.Struct, frozen=True, gc=False):
+    """A capability version's public content: PUBLIC_COLUMNS, in order (the head of every row that shows one)."""
+
+    tenant: str
+    agent_id: str
+    skill_id: str
+    version: str
+    version_key: str
+    prerelease: bool
+    name: str
+    description: str
+    tags: list[str]
+    scopes: list[str]
+    side_effect: str
+    requires_approval: bool
+    data_regions: list[str]
+    slo: dict[str, Any] | None
+    status: str
+    sunset_at: datetime | None
+    deprecation_message: str | None
+    effective_at: datetime | None
+    published_at: datetime
+    updated_at: datetime
+
+
+# VersionRow's columns, of versions `c` and their agents `a` (skill_versions, latest_per_skill):
+# PUBLIC_COLUMNS, then its own fields.
+VERSION_COLUMNS = f"{PUBLIC_COLUMNS}, c.latest, {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances"
+
+
+class VersionRow(PublicVersionRow, frozen=True, gc=False):
+    """A skill's version with its latest marker and its agent's health (skill_versions, latest_per_skill)."""
+
+    latest: bool
+    health: Health
+    live_instances: int
+
+
+# VersionDetailRow's columns: VERSION_COLUMNS, then its own fields. The fixtures themselves (up to
+# 100 of 64 KiB) are read only for the version released (`fixtures_of`).
+VERSION_DETAIL_COLUMNS = (
+    VERSION_COLUMNS
     + ", c.examples, c.input_schema, c.output_schema, c.input_modes, c.output_modes, c.fixture_count, c.baseline"
 )
+
+
+class VersionDetailRow(VersionRow, frozen=True, gc=False):
+    """A VersionRow with what only a detail shows: examples, schemas, modes, fixture count, baseline."""
+
+    examples: list[str]
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any]
+    input_modes: list[str]
+    output_modes: list[str]
+    fixture_count: int
+    baseline: str | None
+
+
+class DiscoverRow(PublicVersionRow, frozen=True, gc=False):
+    """A discovery row: public content, its agent's visibility, sharing, health, live instances, next lapse (discover)."""
+
+    agent_visibility: str
+    agent_shared_with: list[str]
+    health: Health
+    live_instances: int
+    lease_until: datetime | None
+
+
+class VersionContractRow(msgspec.Struct, frozen=True, gc=False):
+    """What the compatibility check compares of a stored version not retired (version_contracts)."""
+
+    tenant: str
+    agent_id: str
+    skill_id: str
+    version: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any]
+    scopes: list[str]
+    side_effect: str
+    requires_approval: bool
+    data_regions: list[str]
+    status: str
+    fixture_count: int
+    version_key: str
+    prerelease: bool
+    effective_at: datetime | None
+
+
+class RetiredVersionRow(msgspec.Struct, frozen=True, gc=False):
+    """A version a withdrawal retired, with the status it had before (retire_agent_versions)."""
+
+    skill_id: str
+    version: str
+    status: str
+
+
+class ReplaySubjectRow(msgspec.Struct, frozen=True, gc=False):
+    """What judging a replay reads: status, baseline, outputSchema, the baseline's fixtures (replay_subject)."""
+
+    status: str
+    baseline: str | None
+    output_schema: dict[str, Any]
+    baseline_fixtures: list[dict[str, Any]] | None
+
 
 # `versions=all`, exact versions and ranges show what is in force now (auth.policy.IN_FORCE, the one
 # definition, rendered here), by the app's clock: every query is given its `now` as a bound
@@ -71,9 +174,9 @@ def latest_in_force(alias: str) -> str:
     return f"({alias}.latest AND {not_withdrawn(alias)})"
 
 
-def is_latest(row: Mapping[str, Any]) -> bool:
-    """latest_in_force, on a row already read (with its `latest` and `status`)."""
-    return bool(row["latest"]) and NOT_WITHDRAWN_RULE.holds(row)
+def is_latest(row: VersionRow) -> bool:
+    """latest_in_force, on a row already read (its `latest` and `status`)."""
+    return row.latest and NOT_WITHDRAWN_RULE.holds(row)
 
 
 def _refresh_latest_sql(keys: str, now: str) -> str:
@@ -158,14 +261,21 @@ async def insert_versions(conn: asyncpg.Connection, rows: list[dict[str, Any]], 
     )
 
 
+@overload
+async def skill_versions(
+    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str, skill_id: str, *, detail: Literal[True]
+) -> list[VersionDetailRow]: ...
+@overload
 async def skill_versions(
     conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str, skill_id: str, *, detail: bool = False
-) -> list[asyncpg.Record]:
+) -> list[VersionRow]: ...
+async def skill_versions(
+    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str, skill_id: str, *, detail: bool = False
+) -> list[Any]:
     """Every version of one skill, newest first, retired and future ones included, each with its
-    latest marker (is_latest)."""
-    columns = DETAIL_COLUMNS if detail else PUBLIC_COLUMNS
-    return await conn.fetch(
-        f"""SELECT {columns}, c.latest, {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances
+    latest marker (is_latest); with `detail`, VersionDetailRows."""
+    records = await conn.fetch(
+        f"""SELECT {VERSION_DETAIL_COLUMNS if detail else VERSION_COLUMNS}
               FROM capability_versions c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
              WHERE c.tenant = $1 AND c.agent_id = $2 AND c.skill_id = $3
              ORDER BY c.version_key DESC, c.version COLLATE "C" DESC""",
@@ -173,21 +283,31 @@ async def skill_versions(
         agent_id,
         skill_id,
     )
+    return typed_rows(VersionDetailRow if detail else VersionRow, records)
 
 
+@overload
+async def latest_per_skill(
+    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str, *, detail: Literal[True]
+) -> list[VersionDetailRow]: ...
+@overload
 async def latest_per_skill(
     conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str, *, detail: bool = False
-) -> list[asyncpg.Record]:
-    """The latest in-force version of each of an agent's skills (the marker: latest_in_force), by skill."""
-    columns = DETAIL_COLUMNS if detail else PUBLIC_COLUMNS
-    return await conn.fetch(
-        f"""SELECT {columns}, {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances
+) -> list[VersionRow]: ...
+async def latest_per_skill(
+    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str, *, detail: bool = False
+) -> list[Any]:
+    """The latest in-force version of each of an agent's skills (the marker: latest_in_force), by
+    skill; with `detail`, VersionDetailRows."""
+    records = await conn.fetch(
+        f"""SELECT {VERSION_DETAIL_COLUMNS if detail else VERSION_COLUMNS}
               FROM capability_versions c JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
              WHERE c.tenant = $1 AND c.agent_id = $2 AND {latest_in_force("c")}
              ORDER BY c.skill_id""",
         tenant,
         agent_id,
     )
+    return typed_rows(VersionDetailRow if detail else VersionRow, records)
 
 
 async def known_regions(conn: asyncpg.Connection | asyncpg.Pool) -> frozenset[str]:
@@ -270,7 +390,7 @@ async def discover(
     after: tuple[str, str, str, str] | None = None,
     limit: int = 50,
     now: datetime,
-) -> list[asyncpg.Record]:
+) -> list[DiscoverRow]:
     """One page of public capability rows in (tenant, agent, skill, newest version first) order
     (with `q`, discovery asks db.ranked_search instead: ranked order).
 
@@ -331,12 +451,12 @@ async def discover(
                         ORDER BY c.skill_id, c.version_key DESC"""
         order = "a.tenant, a.agent_id, c.skill_id, c.version_key DESC"
     sql = f"""
-        SELECT c.*, a.visibility AS agent_visibility, a.shared_with AS agent_shared_with, {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances, {LEASE_UNTIL_SQL} AS lease_until
+        SELECT {PUBLIC_COLUMNS}, a.visibility AS agent_visibility, a.shared_with AS agent_shared_with, {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances, {LEASE_UNTIL_SQL} AS lease_until
           FROM agents a CROSS JOIN LATERAL ({versions}) c
          WHERE {" AND ".join(agent_filters + content_filters)}
          ORDER BY {order}
          LIMIT {bind(limit)}"""
-    return await conn.fetch(sql, *params)
+    return typed_rows(DiscoverRow, await conn.fetch(sql, *params))
 
 
 # The content of a version that answers built from its agent show (views, cards, ARD entries), in
@@ -371,9 +491,11 @@ async def skill_content_sizes(conn: asyncpg.Connection, tenant: str, agent_id: s
     return {r["skill_id"]: r["size"] for r in rows}
 
 
-async def version_contracts(conn: asyncpg.Connection, tenant: str, agent_id: str) -> list[asyncpg.Record]:
+async def version_contracts(
+    conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str
+) -> list[VersionContractRow]:
     """What the compatibility check compares, for every non-retired version of an agent's skills."""
-    return await conn.fetch(
+    records = await conn.fetch(
         """SELECT tenant, agent_id, skill_id, version, input_schema, output_schema, scopes, side_effect,
                   requires_approval, data_regions, status, fixture_count, version_key, prerelease, effective_at
              FROM capability_versions
@@ -381,6 +503,7 @@ async def version_contracts(conn: asyncpg.Connection, tenant: str, agent_id: str
         tenant,
         agent_id,
     )
+    return typed_rows(VersionContractRow, records)
 
 
 async def lock_version_status(
@@ -435,10 +558,10 @@ async def retire_version(
 
 async def retire_agent_versions(
     conn: asyncpg.Connection, tenant: str, agent_id: str, *, now: datetime
-) -> list[asyncpg.Record]:
+) -> list[RetiredVersionRow]:
     """Retire every version of the agent not retired yet (its withdrawal); each one retired, with
-    the status it had (`skill_id`, `version`, `status`). The agent's registration lock is held."""
-    rows = await conn.fetch(
+    the status it had. The agent's registration lock is held."""
+    records = await conn.fetch(
         """WITH before AS (
                SELECT skill_id, version, status FROM capability_versions
                 WHERE tenant = $1 AND agent_id = $2 AND status <> 'retired'
@@ -452,7 +575,8 @@ async def retire_agent_versions(
         tenant,
         agent_id,
     )
-    skills = sorted({r["skill_id"] for r in rows})
+    rows = typed_rows(RetiredVersionRow, records)
+    skills = sorted({r.skill_id for r in rows})
     if skills:
         await refresh_latest(conn, [(tenant, agent_id, s) for s in skills], now=now, agents_locked=True)
     return rows
@@ -489,10 +613,10 @@ async def version_status(
 
 async def replay_subject(
     conn: asyncpg.Connection | asyncpg.Pool, tenant: str, agent_id: str, skill_id: str, version: str
-) -> asyncpg.Record | None:
+) -> ReplaySubjectRow | None:
     """What judging a replay of a version reads: its status, baseline and outputSchema, and the
     baseline's fixtures (None: no such version)."""
-    return await conn.fetchrow(
+    record = await conn.fetchrow(
         """SELECT c.status, c.baseline, c.output_schema, b.fixtures AS baseline_fixtures
              FROM capability_versions c
              LEFT JOIN capability_versions b
@@ -503,6 +627,7 @@ async def replay_subject(
         skill_id,
         version,
     )
+    return typed_row(ReplaySubjectRow, record)
 
 
 async def release_candidate(

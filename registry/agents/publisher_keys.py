@@ -154,7 +154,7 @@ async def registration_body(
     """The agent's last applied registration body, exactly as received (and signed)."""
     agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
     visible = agent is not None and can_see(
-        caller, tenant=tenant, visibility=agent["visibility"], shared_with=agent["shared_with"]
+        caller, tenant=tenant, visibility=agent.visibility, shared_with=agent.shared_with
     )
     refusal = check_registration_read(caller, tenant, agent_visible=visible)
     if refusal is not None:

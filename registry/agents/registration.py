@@ -17,6 +17,7 @@ from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
 from db import signatures as signature_queries
+from db.capabilities import VersionContractRow
 from db.changes import CANDIDATE_CHANGE_KIND
 from db.group_commit import WriteScope
 from registry.agents.preparation import (
@@ -166,12 +167,12 @@ def agent_bound_errors(stored_sizes: dict[str, int], new_rows: list[dict[str, An
     return errors
 
 
-def has_neighbours(stored: list[Any], new_skills: list[PreparedSkill]) -> bool:
+def has_neighbours(stored: list[VersionContractRow], new_skills: list[PreparedSkill]) -> bool:
     """Whether any new version has another version of its skill to be compared with: a stored one
     that is not retired (`stored`: version_contracts' rows), or one earlier in the same body. Without
     one, `incompatibilities` has nothing to compare and finds nothing (a new agent's first skills)."""
     skills = [p.skill.id for p in new_skills]
-    known = {row["skill_id"] for row in stored}
+    known = {row.skill_id for row in stored}
     return len(set(skills)) < len(skills) or any(skill_id in known for skill_id in skills)
 
 
@@ -183,11 +184,11 @@ async def compare_versions(
 
 
 def _compatibility_inputs(
-    stored: list[Any], prepared: PreparedRegistration, new_skills: list[PreparedSkill]
+    stored: list[VersionContractRow], prepared: PreparedRegistration, new_skills: list[PreparedSkill]
 ) -> tuple[list, list]:
     """`incompatibilities`' arguments, in a stable order (so two reads of the same state compare equal)."""
     existing = sorted(
-        ((r["skill_id"], Version.parse(r["version"]), skill_contract(r)) for r in stored),
+        ((r.skill_id, Version.parse(r.version), skill_contract(r)) for r in stored),
         key=lambda item: (item[0], item[1].sort_key()),
     )
     new = [(prepared.skills.index(p), p.skill.id, p.version, skill_content(p.skill)) for p in new_skills]
@@ -219,15 +220,17 @@ class RegistrationResult(msgspec.Struct):
     candidates: list[CandidateRef] = []
 
 
-def candidate_baselines(stored: list[Any], new_skills: list[PreparedSkill]) -> dict[tuple[str, str], CandidateRef]:
+def candidate_baselines(
+    stored: list[VersionContractRow], new_skills: list[PreparedSkill]
+) -> dict[tuple[str, str], CandidateRef]:
     """Which new versions are candidates: those whose baseline (registry.versions.compatibility.verdict.baseline) has
     fixtures. The baseline is chosen among released versions (stored ones neither retired nor
     candidates, and new ones of the same request that are not candidates themselves), so a chain
     of candidates without fixtures can never step around a baseline's fixtures."""
     released: dict[str, list[tuple[Version, int]]] = {}
     for row in stored:
-        if row["status"] != "candidate":
-            released.setdefault(row["skill_id"], []).append((Version.parse(row["version"]), row["fixture_count"]))
+        if row.status != "candidate":
+            released.setdefault(row.skill_id, []).append((Version.parse(row.version), row.fixture_count))
     found: dict[tuple[str, str], CandidateRef] = {}
     for prepared in sorted(new_skills, key=lambda p: (p.skill.id, p.version)):
         skill = prepared.skill
@@ -274,7 +277,7 @@ async def apply_registration(
     restored = await agent_queries.restore_withdrawn(conn, tenant, agent_id)
     existing = await agent_queries.get_agent(conn, tenant, agent_id)
     created = existing is None
-    if existing is not None and existing["publisher_kid"] is not None and prepared.publisher_kid is None:
+    if existing is not None and existing.publisher_kid is not None and prepared.publisher_kid is None:
         # Registered signed by a concurrent request since the signature check: no downgrade.
         raise ProblemError(
             codes.SIGNATURE_REQUIRED,
@@ -284,10 +287,10 @@ async def apply_registration(
         existing is None
         or restored
         or (
-            existing["card_hash"] != prepared.card_hash
-            or existing["visibility"] != fields["visibility"]
-            or list(existing["shared_with"]) != fields["shared_with"]
-            or (prepared.publisher_kid is not None and existing["publisher_kid"] != prepared.publisher_kid)
+            existing.card_hash != prepared.card_hash
+            or existing.visibility != fields["visibility"]
+            or list(existing.shared_with) != fields["shared_with"]
+            or (prepared.publisher_kid is not None and existing.publisher_kid != prepared.publisher_kid)
         )
     )
     if created and max_agents and await agent_queries.tenant_agents_reach(conn, tenant, max_agents):
@@ -360,7 +363,7 @@ async def apply_registration(
     if conflicts:
         raise ProblemError(codes.VERSION_CONFLICT, "published versions are immutable", errors=conflicts)
     candidates: dict[tuple[str, str], CandidateRef] = {}
-    stored_versions: list[Any] = []
+    stored_versions: list[VersionContractRow] = []
     if new_skills:
         stored_versions = [] if created else await capability_queries.version_contracts(conn, tenant, agent_id)
         candidates = candidate_baselines(stored_versions, new_skills)

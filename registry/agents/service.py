@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
+from typing import cast
 
 import msgspec
 
@@ -19,7 +19,8 @@ from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
 from db import signatures as signature_queries
-from db.agents import LeaseRenewal
+from db.agents import AgentRow, LeaseRenewal
+from db.capabilities import VersionDetailRow, VersionRow
 from db.leases import INSTANCE_LIMIT
 from registry.agents.cards import public_agent_card
 from registry.agents.endpoint_urls import loopback_urls_allowed, registration_url_errors, url_problem
@@ -135,8 +136,9 @@ class _AgentSnapshot(msgspec.Struct):
     seq: int
     next_effective: datetime | None
     now: datetime
-    agent: Any
-    skills: list
+    agent: AgentRow
+    # VersionDetailRows when read with `detail`.
+    skills: list[VersionRow]
 
 
 async def _snapshot(registry: Registry, tenant: str, agent_id: str, *, detail: bool) -> _AgentSnapshot | None:
@@ -154,15 +156,15 @@ def _view_entry(registry: Registry, snapshot: _AgentSnapshot) -> CachedResponse:
     """The encoded public view of the snapshot's agent, kept in the cache (when still current)."""
     agent = snapshot.agent
     body = msgspec.json.encode(agent_view(agent, snapshot.skills))  # public fields only, of detail rows too
-    first_lapse = agent["lease_bounds"][0] if agent["lease_bounds"] else None
+    first_lapse = agent.lease_bounds[0] if agent.lease_bounds else None
     entry = CachedResponse(
         body=body,
         etag=etag_of(body),
         seq=snapshot.seq,
         expires=expiry(registry.clock.monotonic(), snapshot.now, [snapshot.next_effective, first_lapse]),
-        extra=(agent["visibility"], tuple(agent["shared_with"])),
+        extra=(agent.visibility, tuple(agent.shared_with)),
     )
-    registry.responses.put(_view_key(agent["tenant"], agent["agent_id"]), entry, registry.watcher.cache_seq())
+    registry.responses.put(_view_key(agent.tenant, agent.agent_id), entry, registry.watcher.cache_seq())
     return entry
 
 
@@ -218,7 +220,8 @@ async def _card_entry(registry: Registry, snapshot: _AgentSnapshot, *, base_url:
     cache (when still current)."""
     key = _card_key(registry, base_url, jku)
     agent = snapshot.agent
-    card = public_agent_card(agent["card"], [capability_version(row) for row in snapshot.skills], base_url=base_url)
+    rows = cast("list[VersionDetailRow]", snapshot.skills)  # read with `detail` (the card's callers')
+    card = public_agent_card(agent.card, [capability_version(row) for row in rows], base_url=base_url)
     card = await registry.card_signatures.sign(card, registry.keyring, jku=jku)
     body = msgspec.json.encode(card)
     entry = CachedResponse(
@@ -226,7 +229,7 @@ async def _card_entry(registry: Registry, snapshot: _AgentSnapshot, *, base_url:
         etag=etag_of(body),
         seq=snapshot.seq,
         expires=expiry(registry.clock.monotonic(), snapshot.now, [snapshot.next_effective]),
-        extra=(agent["visibility"], tuple(agent["shared_with"])),
+        extra=(agent.visibility, tuple(agent.shared_with)),
     )
     registry.responses.put(key, entry, registry.watcher.cache_seq())
     return entry
@@ -274,7 +277,7 @@ async def skill_versions(
     their own tenant only (auth.policy.sees_candidates)."""
     agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
     if agent is None or not can_see(
-        caller, tenant=agent["tenant"], visibility=agent["visibility"], shared_with=agent["shared_with"]
+        caller, tenant=agent.tenant, visibility=agent.visibility, shared_with=agent.shared_with
     ):
         raise refused(not_found("agent"))
     rows = await capability_queries.skill_versions(registry.pool, tenant, agent_id, skill_id)
@@ -283,7 +286,7 @@ async def skill_versions(
     items = [
         public_capability(r)
         for r in rows
-        if EFFECTIVE.holds(r, now=now) and (candidates_shown or r["status"] != "candidate")
+        if EFFECTIVE.holds(r, now=now) and (candidates_shown or r.status != "candidate")
     ]
     if not items:
         raise refused(not_found("skill"))
@@ -315,7 +318,7 @@ async def heartbeat(
     if not visible:  # another tenant's agent: whether the caller may know it exists decides 404 or 403
         agent = await agent_queries.get_agent(registry.pool, renewal.tenant, renewal.agent_id)
         visible = agent is not None and can_see(
-            caller, tenant=renewal.tenant, visibility=agent["visibility"], shared_with=agent["shared_with"]
+            caller, tenant=renewal.tenant, visibility=agent.visibility, shared_with=agent.shared_with
         )
     refusal = check_heartbeat(caller, renewal.tenant, agent_visible=visible)
     if refusal is not None:

@@ -9,15 +9,17 @@ gated can leak through discovery by construction.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-import asyncpg
 import msgspec
 
 from auth.principal import Caller
 from db import capabilities as capability_queries
 from db import changes as change_queries
+from db.agents import AgentRow
+from db.capabilities import DiscoverRow, VersionDetailRow, VersionRow
 from registry.core.cursors import decode_cursor, encode_cursor
 from registry.core.problems import ErrorItem, ProblemError, invalid_request
 from registry.core.records import (
@@ -59,8 +61,8 @@ class Publisher(Wire, omit_defaults=True):
     kid: str | None = None
 
 
-def publisher_of(agent: asyncpg.Record) -> Publisher:
-    kid = agent["publisher_kid"]
+def publisher_of(agent: AgentRow) -> Publisher:
+    kid = agent.publisher_kid
     return Publisher(signed=kid is not None, kid=kid)
 
 
@@ -120,57 +122,70 @@ def parse_capability_ref(ref: str, *, path: str = "/ref") -> RefParts:
     return RefParts(tenant=parts[0], agent_id=parts[1], skill_id=parts[2], version=version)
 
 
-def _version_fields(row: asyncpg.Record) -> dict:
+# The rows a public view of a capability version is built from (db.capabilities: an agent's reads, discovery).
+ShownVersion = VersionRow | DiscoverRow
+
+
+def _version_fields(row: ShownVersion) -> dict:
     """The fields every view of a capability version shares, from its row."""
-    slo = row["slo"]
+    slo = row.slo
     return {
-        "tenant": row["tenant"],
-        "agent_id": row["agent_id"],
-        "id": row["skill_id"],
-        "version": row["version"],
-        "name": row["name"],
-        "description": row["description"],
-        "tags": list(row["tags"]),
-        "scopes": list(row["scopes"]),
-        "side_effect": row["side_effect"],
-        "requires_approval": row["requires_approval"],
-        "data_regions": list(row["data_regions"]),
+        "tenant": row.tenant,
+        "agent_id": row.agent_id,
+        "id": row.skill_id,
+        "version": row.version,
+        "name": row.name,
+        "description": row.description,
+        "tags": list(row.tags),
+        "scopes": list(row.scopes),
+        "side_effect": row.side_effect,
+        "requires_approval": row.requires_approval,
+        "data_regions": list(row.data_regions),
         "slo": msgspec.convert(slo, Slo) if slo is not None else None,
-        "status": row["status"],
-        "sunset_at": row["sunset_at"],
-        "effective_at": row["effective_at"],
+        "status": row.status,
+        "sunset_at": row.sunset_at,
+        "effective_at": row.effective_at,
     }
 
 
-def public_capability(row: asyncpg.Record) -> PublicCapability:
+def public_capability(row: ShownVersion) -> PublicCapability:
     return PublicCapability(
-        ref=capability_ref(row["tenant"], row["agent_id"], row["skill_id"], row["version"]),
-        health=row["health"],
-        live_instances=row["live_instances"],
-        updated_at=row["updated_at"],
+        ref=capability_ref(row.tenant, row.agent_id, row.skill_id, row.version),
+        health=row.health,
+        live_instances=row.live_instances,
+        updated_at=row.updated_at,
         **_version_fields(row),
     )
 
 
-def agent_view(agent: asyncpg.Record, skills: list[asyncpg.Record]) -> AgentView:
+def ranked_as_discovered(row: Any) -> DiscoverRow:
+    """Interim (issue 36), until db.ranked_search answers Structs: a ranked search record as the
+    DiscoverRow its views read (by name: the same columns, less `score` and `ref_key`). A Struct
+    passes as it is; delete this once ranked search's rows are Structs."""
+    if isinstance(row, msgspec.Struct):
+        return row  # type: ignore[return-value]
+    return DiscoverRow(*(row[name] for name in DiscoverRow.__struct_fields__))
+
+
+def agent_view(agent: AgentRow, skills: Sequence[VersionRow]) -> AgentView:
     return AgentView(
-        tenant=agent["tenant"],
-        agent_id=agent["agent_id"],
-        name=agent["name"],
-        description=agent["description"],
-        version=agent["version"],
-        provider=agent["provider"],
-        visibility=agent["visibility"],
-        health=agent["health"],
-        live_instances=agent["live_instances"],
+        tenant=agent.tenant,
+        agent_id=agent.agent_id,
+        name=agent.name,
+        description=agent.description,
+        version=agent.version,
+        provider=agent.provider,
+        visibility=agent.visibility,
+        health=agent.health,
+        live_instances=agent.live_instances,
         skills=[public_capability(row) for row in skills],
-        updated_at=agent["updated_at"],
+        updated_at=agent.updated_at,
         publisher=publisher_of(agent),
     )
 
 
-def page_cursor(row: asyncpg.Record) -> str:
-    return encode_cursor([row["tenant"], row["agent_id"], row["skill_id"], row["version_key"]])
+def page_cursor(row: DiscoverRow) -> str:
+    return encode_cursor([row.tenant, row.agent_id, row.skill_id, row.version_key])
 
 
 def side_effect_rank(value: str | None) -> int | None:
@@ -184,18 +199,18 @@ def side_effect_rank(value: str | None) -> int | None:
     return SIDE_EFFECT_ORDER[value]
 
 
-def capability_version(row: asyncpg.Record) -> CapabilityVersion:
-    """A full capability version (schemas included) from a row selected with DETAIL_COLUMNS."""
+def capability_version(row: VersionDetailRow) -> CapabilityVersion:
+    """A full capability version (schemas included) from a detail row."""
     return CapabilityVersion(
-        examples=list(row["examples"]),
-        input_schema=row["input_schema"],
-        output_schema=row["output_schema"],
-        input_modes=list(row["input_modes"]),
-        output_modes=list(row["output_modes"]),
-        deprecation_message=row["deprecation_message"],
-        published_at=row["published_at"],
-        fixture_count=row["fixture_count"],
-        baseline=row["baseline"] if row["status"] == "candidate" else None,
+        examples=list(row.examples),
+        input_schema=row.input_schema,
+        output_schema=row.output_schema,
+        input_modes=list(row.input_modes),
+        output_modes=list(row.output_modes),
+        deprecation_message=row.deprecation_message,
+        published_at=row.published_at,
+        fixture_count=row.fixture_count,
+        baseline=row.baseline if row.status == "candidate" else None,
         **_version_fields(row),
     )
 
@@ -350,14 +365,14 @@ async def _ranked_page(
             limit=query.limit + 1,
             now=now,
         )
-    page = [r.row for r in ranked[: query.limit]]
+    page = [ranked_as_discovered(r.row) for r in ranked[: query.limit]]
     next_cursor = ranking.encode_position(ranked[query.limit - 1].position) if len(ranked) > query.limit else None
     return _encoded_page(registry, page, next_cursor, seq, next_effective, now)
 
 
 def _encoded_page(
     registry: Registry,
-    page: list[asyncpg.Record],
+    page: list[DiscoverRow],
     next_cursor: str | None,
     seq: int,
     next_effective: Any,
@@ -365,7 +380,7 @@ def _encoded_page(
 ) -> CachedResponse:
     body = _encoder.encode(DiscoveryPage(items=[public_capability(r) for r in page], next_cursor=next_cursor))
     # liveInstances drops when a lease lapses, and health flips at the last: the page is good until the first such moment.
-    boundaries = [r["lease_until"] for r in page]
+    boundaries = [r.lease_until for r in page]
     boundaries.append(next_effective)
     expires = expiry(registry.clock.monotonic(), now, boundaries)
     return CachedResponse(body=body, etag=etag_of(body), seq=seq, expires=expires)

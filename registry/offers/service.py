@@ -28,13 +28,14 @@ from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
 from db.agents import LiveInstance
+from db.capabilities import DiscoverRow
 from registry.core.problems import ErrorItem, ProblemError, invalid_request, problem_of
 from registry.core.records import MAX_FILTER_VALUES, SIDE_EFFECT_ORDER, SKILL_ID_MAX_LENGTH, agent_ref, capability_ref
 from registry.core.response_cache import LEASES_MAX_AGE, CachedResponse, cache_key, decided_for, expiry
 from registry.core.tracing import current_request_id
 from registry.core.wire import Wire
 from registry.discovery import ranking
-from registry.discovery.service import REGION_MAX_LENGTH, public_capability, side_effect_rank
+from registry.discovery.service import REGION_MAX_LENGTH, public_capability, ranked_as_discovered, side_effect_rank
 from registry.operations.audit_events import caller_event
 from registry.operations.boundary import run
 from registry.state import Registry
@@ -264,7 +265,7 @@ def groups_of_equals(offerable: Sequence[Candidate]) -> list[list[Candidate]]:
 
 
 def decide_candidates(
-    caller: Caller, matches: Sequence[tuple[Any, int, float]], *, region: str | None, keep: int | None = None
+    caller: Caller, matches: Sequence[tuple[DiscoverRow, int, float]], *, region: str | None, keep: int | None = None
 ) -> Eligible:
     """Put each match (discovery row, score, relevance) to detail release's decision (`exclusion`):
     the offerable ones in groups of equals, the others counted by reason (never the invisible).
@@ -273,21 +274,21 @@ def decide_candidates(
     offerable = []
     for row, score, relevance in matches:
         gate = CapabilityGate.of(
-            public_capability(row), visibility=row["agent_visibility"], shared_with=row["agent_shared_with"]
+            public_capability(row), visibility=row.agent_visibility, shared_with=row.agent_shared_with
         )
-        reason = exclusion(caller, gate, region=region, live=row["live_instances"] > 0)
+        reason = exclusion(caller, gate, region=region, live=row.live_instances > 0)
         if reason is None:
             offerable.append(
                 Candidate(
-                    tenant=row["tenant"],
-                    agent_id=row["agent_id"],
-                    skill_id=row["skill_id"],
-                    version=row["version"],
-                    name=row["name"],
-                    side_effect=row["side_effect"],
-                    requires_approval=row["requires_approval"],
-                    scopes=tuple(row["scopes"]),
-                    latency=_latency(row["slo"]),
+                    tenant=row.tenant,
+                    agent_id=row.agent_id,
+                    skill_id=row.skill_id,
+                    version=row.version,
+                    name=row.name,
+                    side_effect=row.side_effect,
+                    requires_approval=row.requires_approval,
+                    scopes=tuple(row.scopes),
+                    latency=_latency(row.slo),
                     score=score,
                     relevance=relevance,
                 )
@@ -353,7 +354,7 @@ async def _matches(registry: Registry, caller: Caller, body: OfferRequest, rank:
             found = await ranking.rank(
                 conn, registry.search, caller.tenant, body.need, filters, limit=CANDIDATES_MAX, now=now
             )
-            return [(r.row, r.position.score, r.relevance) for r in found], seq, next_effective
+            return [(ranked_as_discovered(r.row), r.position.score, r.relevance) for r in found], seq, next_effective
         rows = await capability_queries.discover(
             conn,
             viewer_tenant=caller.tenant,
@@ -381,7 +382,7 @@ async def eligible(registry: Registry, caller: Caller, body: OfferRequest, rank:
         key, registry.watcher.cache_seq(), lambda: _matches(registry, caller, body, rank, now)
     )
     decided = decide_candidates(caller, matches, region=body.region, keep=KEEP)
-    boundaries = [next_effective, *(row["lease_until"] for row, _, _ in matches)]
+    boundaries = [next_effective, *(row.lease_until for row, _, _ in matches)]
     expires = expiry(registry.clock.monotonic(), now, boundaries)
     registry.release_cache.put(
         key, CachedResponse(body=b"", etag="", seq=seq, expires=expires, extra=decided), registry.watcher.cache_seq()

@@ -45,8 +45,9 @@ from auth.policy import (
 from auth.principal import Caller
 from db import agents as agent_queries
 from db import capabilities as capability_queries
-from db.agents import LiveInstance
+from db.agents import AgentRow, LiveInstance
 from db.audit_events import AuditEvent
+from db.capabilities import VersionDetailRow
 from registry.agents.cards import CAPREG_EXTENSION_URI, extended_agent_card, mcp_tool, openai_tool, public_agent_card
 from registry.core.problems import ErrorItem, ProblemError, invalid_request, refused
 from registry.core.records import CapabilityVersion, JsonSchema, PublicCapability, agent_ref, capability_ref
@@ -84,8 +85,8 @@ def parse_version_request(text: str) -> VersionRequest:
 
 
 def choose_version(
-    versions: Sequence[tuple[CapabilityVersion, Any]], request: VersionRequest, *, now: datetime
-) -> tuple[CapabilityVersion, Any] | None:
+    versions: Sequence[tuple[CapabilityVersion, VersionDetailRow]], request: VersionRequest, *, now: datetime
+) -> tuple[CapabilityVersion, VersionDetailRow] | None:
     """The version `request` names among one skill's versions (each with its stored row), or None.
 
     An exact request may name a retired version (the policy answers 410 for it) or a candidate
@@ -249,15 +250,15 @@ class Released(msgspec.Struct, frozen=True):
     for), with the rows it came from."""
 
     cap: CapabilityVersion
-    row: Any
-    agent: Any
+    row: VersionDetailRow
+    agent: AgentRow
     # The agent's leases (registry.release.skill_records.leases): read by `release` once the checks
     # passed, since only a detail shows them (a ticket releases no instance).
     leases: Leases | None = None
 
     def gate(self) -> CapabilityGate:
         """What policy decides on: the version's fields with its agent's visibility and sharing."""
-        return CapabilityGate.of(self.cap, visibility=self.agent["visibility"], shared_with=self.agent["shared_with"])
+        return CapabilityGate.of(self.cap, visibility=self.agent.visibility, shared_with=self.agent.shared_with)
 
 
 async def resolve_version(
@@ -340,7 +341,7 @@ def detail_of(released: Released) -> CapabilityDetail:
     return capability_detail(
         public,
         released.cap,
-        endpoints(released.agent["card"], now.instances, now.instance_count),
+        endpoints(released.agent.card, now.instances, now.instance_count),
         publisher_of(released.agent),
     )
 
@@ -359,14 +360,14 @@ async def extended_card(
     skill then takes the checks after visibility)."""
     agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
     if agent is None or not can_see(
-        caller, tenant=agent["tenant"], visibility=agent["visibility"], shared_with=agent["shared_with"]
+        caller, tenant=agent.tenant, visibility=agent.visibility, shared_with=agent.shared_with
     ):
         raise refused(not_found("agent")).about(tenant=tenant, ref=agent_ref(tenant, agent_id))
     rows = await capability_queries.latest_per_skill(registry.pool, tenant, agent_id, detail=True)
     passed, events = [], []
     for row in rows:
         cap = capability_version(row)
-        gate = CapabilityGate.of(cap, visibility=agent["visibility"], shared_with=agent["shared_with"])
+        gate = CapabilityGate.of(cap, visibility=agent.visibility, shared_with=agent.shared_with)
         refusal = decide_release_of_visible(caller, gate, exact_version=False)
         events.append(
             release_event(caller, tenant=tenant, ref=cap.ref, refusal=refusal, scopes=cap.scopes, trace_id=trace_id)
@@ -378,7 +379,7 @@ async def extended_card(
             passed.append(cap)
     await registry.writes.record(events)
     if not passed:
-        card = withheld_extended_card(agent["card"], base_url=base_url)
+        card = withheld_extended_card(agent.card, base_url=base_url)
     else:
-        card = extended_agent_card(agent["card"], passed, base_url=base_url)
+        card = extended_agent_card(agent.card, passed, base_url=base_url)
     return await registry.card_signatures.sign(card, registry.keyring, jku=jku)

@@ -9,13 +9,12 @@ statement; a ticket, which releases no instance, never reads them."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from db import agents as agent_queries
 from db import capabilities as capability_queries
-from db.agents import LiveInstance
+from db.agents import AgentRow, LiveInstance
+from db.capabilities import VersionDetailRow
 from registry.core.records import CapabilityVersion
 from registry.core.response_cache import DEFAULT_MAX_AGE, EVERYONE, LEASES_MAX_AGE, CachedResponse, cache_key, expiry
 from registry.discovery.service import capability_version
@@ -25,8 +24,8 @@ from registry.state import Registry
 class SkillRecord(msgspec.Struct, frozen=True):
     """What a release decides from: the agent row (None if absent) and every version of the skill."""
 
-    agent: Any
-    versions: list[tuple[CapabilityVersion, Any]]
+    agent: AgentRow | None
+    versions: list[tuple[CapabilityVersion, VersionDetailRow]]
 
 
 class Leases(msgspec.Struct, frozen=True):

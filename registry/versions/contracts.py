@@ -6,7 +6,7 @@ version semver 2.0, its schemas acceptable JSON Schema documents). The same rule
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -14,6 +14,9 @@ from registry.core.problems import ErrorItem
 from registry.core.records import SkillRegistration, approval_required
 from registry.core.schema_guard import SchemaRejected, compile_schema
 from registry.versions.semver import InvalidVersion, Version
+
+if TYPE_CHECKING:
+    from db.capabilities import VersionContractRow
 
 
 def parse_version(text: str, path: str) -> Version | ErrorItem:
@@ -59,13 +62,13 @@ def skill_content(skill: SkillRegistration) -> dict:
     return content
 
 
-def skill_contract(row: Any) -> dict[str, Any]:
+def skill_contract(row: VersionContractRow) -> dict[str, Any]:
     """A stored version in the camelCase shape `registry.versions.compatibility.verdict.check_compatibility` reads."""
     return {
-        "inputSchema": row["input_schema"],
-        "outputSchema": row["output_schema"],
-        "scopes": list(row["scopes"]),
-        "sideEffect": row["side_effect"],
-        "requiresApproval": row["requires_approval"],
-        "dataRegions": list(row["data_regions"]),
+        "inputSchema": row.input_schema,
+        "outputSchema": row.output_schema,
+        "scopes": list(row.scopes),
+        "sideEffect": row.side_effect,
+        "requiresApproval": row.requires_approval,
+        "dataRegions": list(row.data_regions),
     }

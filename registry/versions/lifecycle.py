@@ -97,7 +97,7 @@ async def _change(
 
     agent = await agent_queries.get_agent(registry.pool, tenant, agent_id)
     visible = agent is not None and can_see(
-        caller, tenant=tenant, visibility=agent["visibility"], shared_with=agent["shared_with"]
+        caller, tenant=tenant, visibility=agent.visibility, shared_with=agent.shared_with
     )
     refusal = check_lifecycle(caller, tenant, agent_visible=visible)
     if refusal is not None:
@@ -130,7 +130,7 @@ async def _change(
     except ProblemError as error:
         raise refusing(error) from None
     rows = await capability_queries.skill_versions(registry.pool, tenant, agent_id, skill_id)
-    return public_capability(next(r for r in rows if r["version"] == version))
+    return public_capability(next(r for r in rows if r.version == version))
 
 
 class Withdrawal(Wire):
@@ -174,12 +174,10 @@ async def withdraw(
             return Withdrawal(tenant, agent_id, target.withdrawn_at, [], 0)
         retired = await capability_queries.retire_agent_versions(scope.conn, tenant, agent_id, now=now)
         ended = await agent_queries.withdraw_agent(scope.conn, tenant, agent_id, now=now)
-        refs = [capability_ref(tenant, agent_id, r["skill_id"], r["version"]) for r in retired]
+        refs = [capability_ref(tenant, agent_id, r.skill_id, r.version) for r in retired]
         for row, version_ref in zip(retired, refs, strict=True):
             # A candidate was never announced: its retirement is not either (as retire).
-            scope.change(
-                CANDIDATE_CHANGE_KIND if row["status"] == "candidate" else RETIRED, tenant, agent_id, version_ref
-            )
+            scope.change(CANDIDATE_CHANGE_KIND if row.status == "candidate" else RETIRED, tenant, agent_id, version_ref)
             scope.audit(
                 caller_event(caller, RETIRED, tenant=tenant, ref=version_ref, trace_id=trace_id, request_id=request_id)
             )

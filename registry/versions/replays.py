@@ -104,13 +104,13 @@ async def submit(
     subject = await capability_queries.replay_subject(registry.pool, tenant, agent_id, skill_id, version)
     if subject is None:
         raise refusing(refused(NOT_FOUND))
-    if subject["status"] != "candidate":
+    if subject.status != "candidate":
         raise refusing(not_candidate(ref))
     problems, failures = await bounded(
         judge_report,
-        list(subject["baseline_fixtures"] or []),
+        list(subject.baseline_fixtures or []),
         report,
-        subject["output_schema"],
+        subject.output_schema,
         what="judging the replay report",
     )
     if problems:
@@ -132,7 +132,7 @@ async def submit(
                 "agent_id": agent_id,
                 "skill_id": skill_id,
                 "version": version,
-                "baseline": subject["baseline"],
+                "baseline": subject.baseline,
                 "actor": caller.sub,
                 "actor_issuer": caller.issuer,
                 "instance": report.instance,
@@ -167,7 +167,7 @@ async def submit(
         failed.audited = True  # recorded with the verdict
         raise failed
     rows = await capability_queries.skill_versions(registry.pool, tenant, agent_id, skill_id)
-    return ReplayVerdict(verdict="passed", version=public_capability(next(r for r in rows if r["version"] == version)))
+    return ReplayVerdict(verdict="passed", version=public_capability(next(r for r in rows if r.version == version)))
 
 
 async def verdicts(registry: Registry, caller: Caller, key: VersionKey, *, trace_id: str | None) -> ReplayList:

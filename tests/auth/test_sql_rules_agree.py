@@ -222,4 +222,6 @@ async def test_the_latest_marker_is_what_the_policy_names(db):
                     expected.add((skill, first["version"]))
             assert {(r["skill_id"], r["version"]) for r in stored if r["latest"]} == expected, versions
             assert {(r["skill_id"], r["version"]) for r in stored if r["read_as_latest"]} == expected, versions
-            assert {(r["skill_id"], r["version"]) for r in stored if is_latest(r)} == expected, versions
+            # is_latest reads a row Struct's attributes (db.capabilities.VersionRow): its marker and status.
+            marked = [r for r in stored if is_latest(SimpleNamespace(latest=r["latest"], status=r["status"]))]
+            assert {(r["skill_id"], r["version"]) for r in marked} == expected, versions
