@@ -15,6 +15,7 @@ import msgspec
 from db.agents import HAS_LIVE_INSTANCE, HEALTH_SQL, LEASE_UNTIL_SQL, LIVE_INSTANCES_SQL
 from db.capabilities import (
     PUBLIC_COLUMNS,
+    DiscoverRow,
     _like_escape,
     content_filter,
     in_force,
@@ -51,6 +52,14 @@ def _candidates(bind: Any, hits: Sequence[Candidate]) -> str:
     )
 
 
+class CheckedRow(DiscoverRow, frozen=True, gc=False):
+    """A candidate the database admitted: its discovery row (db.capabilities.DiscoverRow), then the
+    engine's score and the ref compared bytewise, the tie order (checked_page)."""
+
+    score: int
+    ref_key: str
+
+
 async def checked_page(
     conn: asyncpg.Connection | asyncpg.Pool,
     hits: Sequence[Candidate],
@@ -66,7 +75,7 @@ async def checked_page(
     healthy_only: bool = False,
     latest_only: bool = True,
     now: datetime,
-) -> list[asyncpg.Record]:
+) -> list[CheckedRow]:
     """The rows of the candidates `hits` that the viewer may see and the filters admit, in the
     order of `hits`, each with its `score` and `ref_key`. Filters as in db.capabilities.discover,
     decided on the latest version in force (its marker: "the latest, if it matches"), or with
@@ -94,16 +103,16 @@ async def checked_page(
     filters += content_filter(bind, tags=tags, side_effect_max=side_effect_max, region=region, status=status)
     filters.append(latest_in_force("c") if latest_only else in_force("c", bind(now)))
     sql = f"""
-        SELECT {PUBLIC_COLUMNS}, h.score, {REF_SQL} AS ref_key,
-               a.visibility AS agent_visibility, a.shared_with AS agent_shared_with,
-               {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances, {LEASE_UNTIL_SQL} AS lease_until
+        SELECT {PUBLIC_COLUMNS}, a.visibility AS agent_visibility, a.shared_with AS agent_shared_with,
+               {HEALTH_SQL} AS health, {LIVE_INSTANCES_SQL} AS live_instances, {LEASE_UNTIL_SQL} AS lease_until,
+               h.score, {REF_SQL} AS ref_key
           FROM {relation}
           JOIN capability_versions c ON c.tenant = h.tenant AND c.agent_id = h.agent_id AND c.skill_id = h.skill_id
                                     AND c.version = h.version
           JOIN agents a ON a.tenant = c.tenant AND a.agent_id = c.agent_id
          WHERE {" AND ".join(filters)}
          ORDER BY h.ord"""
-    return await conn.fetch(sql, *params)
+    return typed_rows(CheckedRow, await conn.fetch(sql, *params))
 
 
 class LatestHitRow(msgspec.Struct, frozen=True, gc=False):

@@ -6,6 +6,7 @@ cannot hide a cycle; imports under `if TYPE_CHECKING:` are for annotations and n
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
@@ -229,3 +230,18 @@ def test_ticket_services_raise_refusals_and_never_record_them():
     )
     for name in walk:
         assert "registry.operations.refusals" not in imports_of(modules[name], modules), name
+
+
+def test_db_answers_typed_rows_never_records():
+    """One typed read model (issue 36): no query function of db/ answers asyncpg records, which
+    callers would read by string key; rows are Structs (db/rows.py). A record may still be read
+    inside db/ itself, where the query and its columns are."""
+    offenders = []
+    for path in sorted((ROOT / "db").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
+                returns = ast.unparse(node.returns) if node.returns is not None else ""
+                if re.search(r"\bRecord\b", returns):
+                    offenders.append(f"{path.name}:{node.lineno} {node.name} -> {returns}")
+    assert not offenders, offenders

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any
 
 import asyncpg
 import msgspec
 
 from db import ranked_search as ranked_queries
+from db.ranked_search import CheckedRow
 from registry.core.cursors import decode_cursor, encode_cursor
 from registry.core.problems import ErrorItem, invalid_request
 from registry.search.engine import SCORE_SCALE, WORD_MAX_CHARS, Hit, Proposal
@@ -65,7 +65,7 @@ class RankPosition(msgspec.Struct, frozen=True, array_like=True):
 class Ranked(msgspec.Struct, frozen=True):
     """One ranked result: its discovery row (plus agent visibility and sharing), and its relevance."""
 
-    row: Any
+    row: CheckedRow
     relevance: float
     position: RankPosition
 
@@ -149,7 +149,7 @@ async def rank(
             now=now,
         )
         found.extend(
-            Ranked(row=row, relevance=relevance(row["score"]), position=RankPosition(row["score"], row["ref_key"]))
+            Ranked(row=row, relevance=relevance(row.score), position=RankPosition(row.score, row.ref_key))
             for row in rows
         )
     return found[:limit]

@@ -158,15 +158,6 @@ def public_capability(row: ShownVersion) -> PublicCapability:
     )
 
 
-def ranked_as_discovered(row: Any) -> DiscoverRow:
-    """Interim (issue 36), until db.ranked_search answers Structs: a ranked search record as the
-    DiscoverRow its views read (by name: the same columns, less `score` and `ref_key`). A Struct
-    passes as it is; delete this once ranked search's rows are Structs."""
-    if isinstance(row, msgspec.Struct):
-        return row  # type: ignore[return-value]
-    return DiscoverRow(*(row[name] for name in DiscoverRow.__struct_fields__))
-
-
 def agent_view(agent: AgentRow, skills: Sequence[VersionRow]) -> AgentView:
     return AgentView(
         tenant=agent.tenant,
@@ -365,14 +356,14 @@ async def _ranked_page(
             limit=query.limit + 1,
             now=now,
         )
-    page = [ranked_as_discovered(r.row) for r in ranked[: query.limit]]
+    page = [r.row for r in ranked[: query.limit]]
     next_cursor = ranking.encode_position(ranked[query.limit - 1].position) if len(ranked) > query.limit else None
     return _encoded_page(registry, page, next_cursor, seq, next_effective, now)
 
 
 def _encoded_page(
     registry: Registry,
-    page: list[DiscoverRow],
+    page: Sequence[DiscoverRow],
     next_cursor: str | None,
     seq: int,
     next_effective: Any,

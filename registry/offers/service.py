@@ -35,7 +35,7 @@ from registry.core.response_cache import LEASES_MAX_AGE, CachedResponse, cache_k
 from registry.core.tracing import current_request_id
 from registry.core.wire import Wire
 from registry.discovery import ranking
-from registry.discovery.service import REGION_MAX_LENGTH, public_capability, ranked_as_discovered, side_effect_rank
+from registry.discovery.service import REGION_MAX_LENGTH, public_capability, side_effect_rank
 from registry.operations.audit_events import caller_event
 from registry.operations.boundary import run
 from registry.state import Registry
@@ -354,7 +354,7 @@ async def _matches(registry: Registry, caller: Caller, body: OfferRequest, rank:
             found = await ranking.rank(
                 conn, registry.search, caller.tenant, body.need, filters, limit=CANDIDATES_MAX, now=now
             )
-            return [(ranked_as_discovered(r.row), r.position.score, r.relevance) for r in found], seq, next_effective
+            return [(r.row, r.position.score, r.relevance) for r in found], seq, next_effective
         rows = await capability_queries.discover(
             conn,
             viewer_tenant=caller.tenant,
