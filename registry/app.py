@@ -48,7 +48,7 @@ from registry.web.observability import (
     DatabaseGauges,
     RequestMetrics,
     observability_middleware,
-    unmatched_request_hook,
+    unmatched_requests,
 )
 from registry.web.openapi_strict import StrictJsonRenderPlugin
 from registry.web.query_parameters import DeclaredQueries
@@ -185,8 +185,6 @@ def create_app(settings: Settings | None = None) -> Litestar:
 
     access_log = AccessLog(settings.access_log)
     app = Litestar(
-        # requests no route matched skip the middleware: counted and logged as `unmatched` here
-        before_send=[unmatched_request_hook(metrics, console.browser_headers, access_log)],
         # each operation's OpenAPI tag and security (registry.web.api_docs)
         route_handlers=api_docs.documented(
             [
@@ -235,7 +233,11 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 else []
             ),
         ],
-        exception_handlers={Exception: handle_exception},
+        # requests no route matched skip the middleware: their answers are counted and logged as
+        # `unmatched` by the handler that makes them
+        exception_handlers={
+            Exception: unmatched_requests(handle_exception, metrics, console.browser_headers, access_log)
+        },
         request_max_body_size=settings.max_body,
         openapi_config=OpenAPIConfig(
             title="capreg",

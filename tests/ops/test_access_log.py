@@ -5,11 +5,15 @@ the Authorization header nor any query value (docs/operations.md#access-log)."""
 from __future__ import annotations
 
 import logging
+from datetime import datetime
+from urllib.parse import parse_qsl
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from registry.web.observability import ACCESS_LOGGER, AccessLog
+from registry.web.observability import ACCESS_LOGGER, AccessLog, _query_names
 
 
 class Lines(logging.Handler):
@@ -80,6 +84,13 @@ async def test_a_path_no_route_matches_is_logged_and_counted(client, access_line
     [line] = [msgspec.json.decode(raw) for raw in access_lines]
     assert line["status"] == 404 and line["route"] == "unmatched" and line["trace_id"] == "ab" * 16
     assert "wp-admin" not in str(line)
+    assert answer.headers["x-trace-id"] == "ab" * 16 and line["request_id"] == answer.headers["x-request-id"]
+    assert answer.headers["x-content-type-options"] == "nosniff"  # the browser headers, as every answer
+    access_lines.clear()
+    wrong_method = await client.patch("/healthz")
+    assert wrong_method.status_code == 405
+    [line] = [msgspec.json.decode(raw) for raw in access_lines]
+    assert line["status"] == 405 and line["route"] == "unmatched" and "x-request-id" in wrong_method.headers
     metrics = (await client.get("/metrics")).text
     assert 'route="unmatched"' in metrics or 'path="unmatched"' in metrics, metrics[:2000]
 
@@ -108,3 +119,30 @@ async def test_with_only_the_default_handler_lines_reach_stdout_together(capsys)
     finally:
         log.flush()
         logger.handlers[:] = saved
+
+
+@given(
+    st.binary(max_size=80)
+    | st.lists(st.sampled_from([b"a", b"b=1", b"%41", b"+x", b"=", b"&", b"%zz", b"\xe9"])).map(b"".join)
+)
+def test_query_names_are_what_parse_qsl_reads(raw):
+    """The line's cheap parameter-name parse (measured: parse_qsl cost a line 2.4 µs) agrees with
+    the standard library's on any query string."""
+    expected = sorted({name for name, _ in parse_qsl(raw.decode("latin-1"), keep_blank_values=True)})
+    assert _query_names(raw) == expected
+
+
+@given(st.floats(min_value=0, max_value=4_102_444_800, allow_nan=False))
+def test_the_line_time_is_datetimes_to_the_millisecond(wall):
+    log = AccessLog("off")
+    text = log._time(wall)
+    assert text == log._time(wall)  # the second's text, cached, is the same
+    shown = datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    assert shown <= wall + 1e-3 and wall - shown < 1e-3 + 1e-6  # truncated to the millisecond
+
+
+def test_query_names_are_remembered_within_a_bound():
+    log = AccessLog("off")
+    for n in range(2000):
+        assert log._names(f"p{n}=1&limit=5".encode()) == ["limit", f"p{n}"]
+    assert len(log._names_seen) <= 512
