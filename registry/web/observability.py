@@ -370,7 +370,10 @@ class AccessLog:
 
     def _names(self, raw: bytes) -> list[str]:
         """The query's parameter names (_query_names), remembered for the last few hundred query
-        strings: a router asks the same ones again and again; any other string costs one parse."""
+        strings up to 256 bytes (so the memory is bounded whatever callers send): a router asks the
+        same ones again and again; any other string costs one parse."""
+        if len(raw) > 256:
+            return _query_names(raw)
         names = self._names_seen.get(raw)
         if names is None:
             if len(self._names_seen) >= 512:

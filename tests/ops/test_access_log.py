@@ -146,3 +146,6 @@ def test_query_names_are_remembered_within_a_bound():
     for n in range(2000):
         assert log._names(f"p{n}=1&limit=5".encode()) == ["limit", f"p{n}"]
     assert len(log._names_seen) <= 512
+    long = b"&".join(b"p%d=1" % n for n in range(100))  # over 256 bytes: parsed, never kept
+    assert log._names(long) == sorted(f"p{n}" for n in range(100))
+    assert long not in log._names_seen
